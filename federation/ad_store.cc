@@ -1,0 +1,102 @@
+#include "federation/ad_store.h"
+
+#include <algorithm>
+
+namespace fedgate::federation {
+
+std::string_view AdVerdictName(AdVerdict v) {
+  switch (v) {
+    case AdVerdict::kAccepted:
+      return "accepted";
+    case AdVerdict::kStale:
+      return "stale";
+    case AdVerdict::kExpired:
+      return "expired";
+    case AdVerdict::kOwnOrigin:
+      return "own_origin";
+    case AdVerdict::kInvalid:
+      return "invalid";
+  }
+  return "unknown";
+}
+
+AdStore::AdStore(std::string self_site, const Clock* clock)
+    : self_(std::move(self_site)), clock_(clock) {}
+
+bool AdStore::Expired(const v1::CapacityAd& ad, int64_t now_ms) const {
+  return now_ms > ad.issued_at_unix_ms() + ad.ttl_ms();
+}
+
+AdVerdict AdStore::Offer(const v1::CapacityAd& ad, std::string_view via) {
+  if (ad.origin().empty() || ad.seq() == 0 || ad.ttl_ms() <= 0) return AdVerdict::kInvalid;
+  if (ad.origin() == self_) return AdVerdict::kOwnOrigin;
+  auto hw = high_water_.find(ad.origin());
+  if (hw != high_water_.end() && ad.seq() <= hw->second) return AdVerdict::kStale;
+  const int64_t now = clock_->NowMs();
+  if (Expired(ad, now)) return AdVerdict::kExpired;
+  high_water_[ad.origin()] = ad.seq();
+  ads_[ad.origin()] = StoredAd{ad, now, std::string(via)};
+  ++version_;
+  return AdVerdict::kAccepted;
+}
+
+void AdStore::Publish(const v1::CapacityAd& ad) {
+  high_water_[ad.origin()] = ad.seq();
+  ads_[ad.origin()] = StoredAd{ad, clock_->NowMs(), ""};
+  ++version_;
+}
+
+int AdStore::ExpireNow() {
+  const int64_t now = clock_->NowMs();
+  int dropped = 0;
+  for (auto it = ads_.begin(); it != ads_.end();) {
+    if (Expired(it->second.ad, now)) {
+      it = ads_.erase(it);
+      ++dropped;
+    } else {
+      ++it;
+    }
+  }
+  return dropped;
+}
+
+std::vector<StoredAd> AdStore::Fresh() const {
+  const int64_t now = clock_->NowMs();
+  std::vector<StoredAd> out;
+  for (const auto& [origin, stored] : ads_) {
+    if (!Expired(stored.ad, now)) out.push_back(stored);
+  }
+  return out;
+}
+
+std::optional<StoredAd> AdStore::Get(std::string_view origin) const {
+  auto it = ads_.find(origin);
+  if (it == ads_.end() || Expired(it->second.ad, clock_->NowMs())) return std::nullopt;
+  return it->second;
+}
+
+std::vector<v1::CapacityAd> AdStore::Pending(std::string_view to,
+                                             const std::map<std::string, uint64_t>& sent) const {
+  const int64_t now = clock_->NowMs();
+  std::vector<v1::CapacityAd> out;
+  for (const auto& [origin, stored] : ads_) {
+    if (origin == to || stored.via == to) continue;
+    if (Expired(stored.ad, now)) continue;
+    auto s = sent.find(origin);
+    if (s != sent.end() && s->second >= stored.ad.seq()) continue;
+    out.push_back(stored.ad);
+  }
+  return out;
+}
+
+double AdStore::OldestAgeSeconds() const {
+  const int64_t now = clock_->NowMs();
+  int64_t oldest = 0;
+  for (const auto& [origin, stored] : ads_) {
+    if (origin == self_ || Expired(stored.ad, now)) continue;
+    oldest = std::max(oldest, now - stored.ad.issued_at_unix_ms());
+  }
+  return static_cast<double>(oldest) / 1000.0;
+}
+
+}  // namespace fedgate::federation

@@ -1,0 +1,83 @@
+#include "federation/capacity_view.h"
+
+#include <algorithm>
+#include <map>
+
+namespace fedgate::federation {
+namespace {
+
+void AddNode(v1::SiteCapacity* site, std::map<std::string, v1::ModelCapacity>* models,
+             const std::string& model, uint32_t free_gpus, uint32_t total_gpus) {
+  site->set_free_gpus(site->free_gpus() + free_gpus);
+  site->set_total_gpus(site->total_gpus() + total_gpus);
+  auto& m = (*models)[model];
+  m.set_model(model);
+  m.set_free_gpus(m.free_gpus() + free_gpus);
+  m.set_total_gpus(m.total_gpus() + total_gpus);
+}
+
+void FlushModels(v1::SiteCapacity* site, const std::map<std::string, v1::ModelCapacity>& models) {
+  for (const auto& [name, m] : models) *site->add_models() = m;
+}
+
+}  // namespace
+
+v1::CapacityAd MakeOwnAd(const std::string& site, const std::vector<Node>& nodes, uint64_t seq,
+                         int64_t now_ms, int64_t ttl_ms, int64_t interval_ms) {
+  v1::CapacityAd ad;
+  ad.set_origin(site);
+  ad.set_seq(seq);
+  ad.set_issued_at_unix_ms(now_ms);
+  ad.set_ttl_ms(ttl_ms);
+  ad.set_interval_ms(interval_ms);
+  for (const auto& n : nodes) {
+    auto* nc = ad.add_nodes();
+    nc->set_name(n.name);
+    nc->set_gpu_model(n.gpu_model);
+    nc->set_gpu_memory_gib(n.gpu_memory_gib);
+    nc->set_free_gpus(n.gpus);  // no jobs hold GPUs yet: all of them are idle
+    nc->set_total_gpus(n.gpus);
+    nc->set_rdma(n.rdma);
+    nc->set_nic_gbps(n.nic_gbps);
+  }
+  return ad;
+}
+
+v1::GetCapacityResponse BuildCapacityView(const std::string& self_site,
+                                          const std::vector<Node>& local_nodes,
+                                          const std::vector<StoredAd>& ads, int64_t now_ms) {
+  std::vector<v1::SiteCapacity> sites;
+  {
+    v1::SiteCapacity local;
+    local.set_site(self_site);
+    local.set_state("local");
+    std::map<std::string, v1::ModelCapacity> models;
+    for (const auto& n : local_nodes) AddNode(&local, &models, n.gpu_model, n.gpus, n.gpus);
+    FlushModels(&local, models);
+    sites.push_back(std::move(local));
+  }
+  for (const auto& stored : ads) {
+    const auto& ad = stored.ad;
+    if (ad.origin() == self_site || ad.withdrawn()) continue;
+    const int64_t interval = std::max<int64_t>(ad.interval_ms(), 1);
+    const bool down = now_ms - stored.received_at_ms > kMissedIntervalsForDown * interval;
+    v1::SiteCapacity s;
+    s.set_site(ad.origin());
+    s.set_state(down ? "down" : "up");
+    s.set_seq(ad.seq());
+    s.set_age_seconds(std::max<double>(0, (now_ms - ad.issued_at_unix_ms()) / 1000.0));
+    std::map<std::string, v1::ModelCapacity> models;
+    for (const auto& n : ad.nodes()) {
+      AddNode(&s, &models, n.gpu_model(), down ? 0 : n.free_gpus(), n.total_gpus());
+    }
+    FlushModels(&s, models);
+    sites.push_back(std::move(s));
+  }
+  std::sort(sites.begin(), sites.end(),
+            [](const auto& a, const auto& b) { return a.site() < b.site(); });
+  v1::GetCapacityResponse out;
+  for (auto& s : sites) *out.add_sites() = std::move(s);
+  return out;
+}
+
+}  // namespace fedgate::federation

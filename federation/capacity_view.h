@@ -1,0 +1,26 @@
+// The federation's capacity as one gateway sees it: its live inventory plus
+// the fresh ads of every other site.
+#pragma once
+
+#include <vector>
+
+#include "federation/ad_store.h"
+#include "federation/inventory.h"
+#include "fedgate/v1/admin.pb.h"
+
+namespace fedgate::federation {
+
+// How many advertise intervals without a newer seq mark an origin down.
+inline constexpr int kMissedIntervalsForDown = 3;
+
+// This site's own ad from its inventory.
+v1::CapacityAd MakeOwnAd(const std::string& site, const std::vector<Node>& nodes, uint64_t seq,
+                         int64_t now_ms, int64_t ttl_ms, int64_t interval_ms);
+
+// Sites sorted by name; the local site has state "local"; withdrawn ads are
+// left out; a silent origin is "down" and offers 0 free GPUs.
+v1::GetCapacityResponse BuildCapacityView(const std::string& self_site,
+                                          const std::vector<Node>& local_nodes,
+                                          const std::vector<StoredAd>& ads, int64_t now_ms);
+
+}  // namespace fedgate::federation

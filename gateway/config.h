@@ -1,0 +1,50 @@
+// The gateway's YAML configuration (DESIGN.md "Configuration"), validated at
+// load: an unknown key, a missing file, a bad address or a bad node is an error
+// that names the key and its line.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "federation/inventory.h"
+
+namespace fedgate::gateway {
+
+struct ConfigPeer {
+  std::string site;
+  std::string endpoint;
+};
+
+struct Config {
+  std::string path;  // file it came from ("" when parsed from text)
+  std::string site;
+  std::string federation;
+  std::string listen_grpc;
+  std::string listen_http = "127.0.0.1:8443";
+  std::string listen_ops = "127.0.0.1:9090";
+  // Absolute paths (relative ones are resolved against the config's folder).
+  std::string tls_ca, tls_cert, tls_key;
+  int64_t tls_reload_interval_ms = 5000;  // how often cert files are re-read
+  std::string data_dir = "/var/lib/fedgate";
+  std::string inventory_source = "static";
+  std::vector<federation::Node> nodes;
+  std::vector<ConfigPeer> peers;
+  int64_t advertise_interval_ms = 2000;
+  int64_t advertise_ttl_ms = 10000;
+  int64_t bench_probe_interval_ms = 10 * 60 * 1000;
+  int64_t bench_probe_duration_ms = 3000;
+  std::string executor_kind = "process";
+};
+
+// Parses YAML text. `base_dir` resolves relative paths; `source` names the
+// text in error messages ("fedgate.yaml").
+absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::string& base_dir,
+                                   const std::string& source);
+
+// Reads and parses a config file.
+absl::StatusOr<Config> LoadConfig(const std::string& path);
+
+}  // namespace fedgate::gateway

@@ -1,0 +1,109 @@
+#include "gateway/gateway.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <spdlog/spdlog.h>
+
+#include "federation/str_cat.h"
+#include "gateway/authz.h"
+#include "gateway/core.h"
+#include "gateway/metrics.h"
+#include "gateway/ops_server.h"
+#include "gateway/peer_links.h"
+#include "gateway/services.h"
+#include "gateway/store.h"
+#include "gateway/system_clock.h"
+#include "gateway/tls.h"
+
+namespace fedgate::gateway {
+
+Gateway::Gateway(Config config) : config_(std::move(config)) {}
+
+Gateway::~Gateway() { Stop(); }
+
+absl::Status Gateway::Start() {
+  clock_ = std::make_unique<SystemClock>();
+  metrics_ = std::make_unique<Metrics>();
+  auto store = Store::Open(config_.data_dir);
+  if (!store.ok()) return store.status();
+  store_ = std::move(*store);
+  core_ = std::make_unique<GatewayCore>(
+      config_, clock_.get(), store_.get(),
+      std::make_unique<federation::StaticInventory>(config_.nodes), metrics_.get());
+  if (auto st = core_->Init(); !st.ok()) return st;
+  if (auto st = core_->Tick(); !st.ok()) return st;
+
+  auto ops = OpsServer::Start(config_.listen_ops, metrics_.get(), [this] { return ready_.load(); });
+  if (!ops.ok()) return ops.status();
+  ops_ = std::move(*ops);
+
+  authz_ = std::make_unique<Authorizer>(
+      config_.federation, config_.site,
+      [core = core_.get()](std::string_view site) { return core->IsApprovedPeer(site); },
+      metrics_.get());
+  peer_service_ = std::make_unique<PeerServiceImpl>(core_.get(), authz_.get(), metrics_.get());
+  admin_service_ = std::make_unique<AdminServiceImpl>(core_.get(), authz_.get(), metrics_.get());
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  const unsigned reload_s =
+      static_cast<unsigned>(std::max<int64_t>(1, config_.tls_reload_interval_ms / 1000));
+  builder.AddListeningPort(
+      config_.listen_grpc,
+      MakeServerCredentials(config_.tls_ca, config_.tls_cert, config_.tls_key, reload_s),
+      &grpc_port_);
+  // Port clashes must fail loudly, not be shared.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.RegisterService(peer_service_.get());
+  builder.RegisterService(admin_service_.get());
+  server_ = builder.BuildAndStart();
+  if (!server_ || grpc_port_ == 0) {
+    return absl::UnavailableError(fedgate::StrCat("listen.grpc: cannot listen on ",
+                                               config_.listen_grpc,
+                                               " (address in use or TLS files unusable)"));
+  }
+
+  links_ = std::make_unique<PeerLinks>(core_.get());
+  core_->SetPeersChangedHook([links = links_.get()] { links->Reconcile(); });
+  links_->Reconcile();
+  advertiser_ = std::thread([this] { AdvertiseLoop(); });
+  ready_ = true;
+  spdlog::info("fedgate {} site {} (federation {}) serving gRPC on port {}, ops on port {}; {} "
+               "node(s), {} approved peer(s)",
+               kVersion, config_.site, config_.federation, grpc_port_, ops_->port(),
+               config_.nodes.size(), core_->Peers().size());
+  return absl::OkStatus();
+}
+
+void Gateway::AdvertiseLoop() {
+  while (!stopping_) {
+    core_->WaitUntil(clock_->NowMs() + config_.advertise_interval_ms,
+                     [this] { return stopping_.load(); });
+    if (stopping_) break;
+    if (auto st = core_->Tick(); !st.ok()) {
+      spdlog::error("cannot persist the ad seq, not advertising: {}", std::string(st.message()));
+    }
+  }
+}
+
+void Gateway::Stop() {
+  if (stopping_.exchange(true)) return;
+  ready_ = false;
+  if (core_) core_->NotifyAll();
+  if (advertiser_.joinable()) advertiser_.join();
+  if (core_ && links_) {
+    spdlog::info("shutting down: withdrawing this site's ad from peers");
+    core_->Withdraw();
+    links_->Shutdown(1000);
+  }
+  if (server_) {
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    server_->Wait();
+  }
+  if (ops_) ops_->Stop();
+  spdlog::info("stopped");
+}
+
+}  // namespace fedgate::gateway

@@ -1,0 +1,59 @@
+// Wires one site's gateway together: store, core, gRPC server (mTLS, health,
+// reflection), peer links, advertiser and the ops endpoint.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "gateway/config.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace fedgate::gateway {
+
+class Authorizer;
+class GatewayCore;
+class Metrics;
+class OpsServer;
+class PeerLinks;
+class PeerServiceImpl;
+class AdminServiceImpl;
+class Store;
+class SystemClock;
+
+class Gateway {
+ public:
+  explicit Gateway(Config config);
+  ~Gateway();
+
+  absl::Status Start();
+  // Stops accepting, tells peers (a withdrawn ad), stops every thread.
+  void Stop();
+
+  int grpc_port() const { return grpc_port_; }
+
+ private:
+  void AdvertiseLoop();
+
+  Config config_;
+  std::unique_ptr<SystemClock> clock_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<GatewayCore> core_;
+  std::unique_ptr<Authorizer> authz_;
+  std::unique_ptr<PeerServiceImpl> peer_service_;
+  std::unique_ptr<AdminServiceImpl> admin_service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<PeerLinks> links_;
+  std::unique_ptr<OpsServer> ops_;
+  std::thread advertiser_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> ready_{false};
+  int grpc_port_ = 0;
+};
+
+}  // namespace fedgate::gateway

@@ -1,0 +1,45 @@
+// Outgoing links to approved peers: one thread per peer dials over mTLS,
+// handshakes, then pushes every ad the peer has not been sent, waking on every
+// ad change and at least once per advertise interval (the heartbeat). Failures
+// back off exponentially up to a cap.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <grpcpp/security/tls_certificate_provider.h>
+
+namespace fedgate::gateway {
+
+class GatewayCore;
+
+// Capped exponential backoff: 100ms, 200ms, ... up to `cap_ms`.
+int64_t BackoffMs(int failures, int64_t cap_ms);
+
+class PeerLinks {
+ public:
+  explicit PeerLinks(GatewayCore* core);
+  ~PeerLinks();
+
+  // Starts links for newly approved peers and stops links of removed ones.
+  void Reconcile();
+  // Gives each link up to `flush_ms` to push what is pending (the withdrawal),
+  // then stops them all.
+  void Shutdown(int64_t flush_ms);
+
+ private:
+  struct Link;
+  void Run(Link* link);
+
+  GatewayCore* core_;
+  std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider_;
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<Link>> links_;
+  bool shut_down_ = false;
+};
+
+}  // namespace fedgate::gateway

@@ -1,0 +1,84 @@
+#include "gateway/services.h"
+
+#include "gateway/authz.h"
+#include "gateway/core.h"
+#include "gateway/metrics.h"
+
+namespace fedgate::gateway {
+namespace {
+
+// Authorizes, counts the call as handled, runs `body`, finishes the reactor.
+template <typename Body>
+grpc::ServerUnaryReactor* Guarded(grpc::CallbackServerContext* ctx, const Authorizer* authz,
+                                  Metrics* metrics, RpcClass cls, const char* method, Body body) {
+  auto* reactor = ctx->DefaultReactor();
+  auto caller = authz->Authorize(*ctx->auth_context(), cls, method);
+  if (!caller.ok()) {
+    reactor->Finish(ToGrpc(caller.status()));
+    return reactor;
+  }
+  metrics->Inc(cls == RpcClass::kPeer ? "fedgate_peer_rpc_handled_total"
+                                      : "fedgate_admin_rpc_handled_total",
+               {{"method", method}});
+  reactor->Finish(ToGrpc(body(*caller)));
+  return reactor;
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* PeerServiceImpl::Handshake(grpc::CallbackServerContext* ctx,
+                                                     const v1::HandshakeRequest* req,
+                                                     v1::HandshakeResponse* resp) {
+  return Guarded(ctx, authz_, metrics_, RpcClass::kPeer, "Handshake", [&](const Identity& id) {
+    auto out = core_->Handshake(id, *req);
+    if (out.ok()) *resp = std::move(*out);
+    return out.status();
+  });
+}
+
+grpc::ServerUnaryReactor* PeerServiceImpl::Advertise(grpc::CallbackServerContext* ctx,
+                                                     const v1::AdvertiseRequest* req,
+                                                     v1::AdvertiseResponse* resp) {
+  return Guarded(ctx, authz_, metrics_, RpcClass::kPeer, "Advertise", [&](const Identity& id) {
+    auto out = core_->Advertise(id, *req);
+    if (out.ok()) *resp = std::move(*out);
+    return out.status();
+  });
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::ListPeers(grpc::CallbackServerContext* ctx,
+                                                      const v1::ListPeersRequest*,
+                                                      v1::ListPeersResponse* resp) {
+  return Guarded(ctx, authz_, metrics_, RpcClass::kAdmin, "ListPeers", [&](const Identity&) {
+    *resp = core_->ListPeers();
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::AddPeer(grpc::CallbackServerContext* ctx,
+                                                    const v1::AddPeerRequest* req,
+                                                    v1::AddPeerResponse* resp) {
+  return Guarded(ctx, authz_, metrics_, RpcClass::kAdmin, "AddPeer", [&](const Identity&) {
+    auto out = core_->AddPeer(req->site(), req->endpoint());
+    if (out.ok()) *resp->mutable_peer() = std::move(*out);
+    return out.status();
+  });
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::RemovePeer(grpc::CallbackServerContext* ctx,
+                                                       const v1::RemovePeerRequest* req,
+                                                       v1::RemovePeerResponse*) {
+  return Guarded(ctx, authz_, metrics_, RpcClass::kAdmin, "RemovePeer",
+                 [&](const Identity&) { return core_->RemovePeer(req->site()); });
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::GetCapacity(grpc::CallbackServerContext* ctx,
+                                                        const v1::GetCapacityRequest*,
+                                                        v1::GetCapacityResponse* resp) {
+  return Guarded(ctx, authz_, metrics_, RpcClass::kAdmin, "GetCapacity", [&](const Identity&) {
+    *resp = core_->Capacity();
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace fedgate::gateway

@@ -1,0 +1,53 @@
+// Thin gRPC adapters: authorize the call, hand it to GatewayCore, reply.
+#pragma once
+
+#include "fedgate/v1/admin.grpc.pb.h"
+#include "fedgate/v1/federation.grpc.pb.h"
+
+namespace fedgate::gateway {
+
+class Authorizer;
+class GatewayCore;
+class Metrics;
+
+class PeerServiceImpl final : public v1::PeerService::CallbackService {
+ public:
+  PeerServiceImpl(GatewayCore* core, const Authorizer* authz, Metrics* metrics)
+      : core_(core), authz_(authz), metrics_(metrics) {}
+  grpc::ServerUnaryReactor* Handshake(grpc::CallbackServerContext* ctx,
+                                      const v1::HandshakeRequest* req,
+                                      v1::HandshakeResponse* resp) override;
+  grpc::ServerUnaryReactor* Advertise(grpc::CallbackServerContext* ctx,
+                                      const v1::AdvertiseRequest* req,
+                                      v1::AdvertiseResponse* resp) override;
+
+ private:
+  GatewayCore* core_;
+  const Authorizer* authz_;
+  Metrics* metrics_;
+};
+
+class AdminServiceImpl final : public v1::AdminService::CallbackService {
+ public:
+  AdminServiceImpl(GatewayCore* core, const Authorizer* authz, Metrics* metrics)
+      : core_(core), authz_(authz), metrics_(metrics) {}
+  grpc::ServerUnaryReactor* ListPeers(grpc::CallbackServerContext* ctx,
+                                      const v1::ListPeersRequest* req,
+                                      v1::ListPeersResponse* resp) override;
+  grpc::ServerUnaryReactor* AddPeer(grpc::CallbackServerContext* ctx,
+                                    const v1::AddPeerRequest* req,
+                                    v1::AddPeerResponse* resp) override;
+  grpc::ServerUnaryReactor* RemovePeer(grpc::CallbackServerContext* ctx,
+                                       const v1::RemovePeerRequest* req,
+                                       v1::RemovePeerResponse* resp) override;
+  grpc::ServerUnaryReactor* GetCapacity(grpc::CallbackServerContext* ctx,
+                                        const v1::GetCapacityRequest* req,
+                                        v1::GetCapacityResponse* resp) override;
+
+ private:
+  GatewayCore* core_;
+  const Authorizer* authz_;
+  Metrics* metrics_;
+};
+
+}  // namespace fedgate::gateway

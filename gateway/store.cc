@@ -1,0 +1,173 @@
+#include "gateway/store.h"
+
+#include <sqlite3.h>
+
+#include <filesystem>
+
+#include "federation/str_cat.h"
+
+namespace fedgate::gateway {
+namespace {
+
+// Each entry moves the schema from version i to i+1. Never edit a shipped one.
+const char* const kMigrations[] = {
+    // 1: approved peers added by admins, and small key/value facts (ad seq).
+    "CREATE TABLE peers (site TEXT PRIMARY KEY, endpoint TEXT NOT NULL,"
+    "                    added_at_unix_ms INTEGER NOT NULL);"
+    "CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
+};
+
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr); }
+  ~Stmt() { sqlite3_finalize(stmt_); }
+  bool ok() const { return rc_ == SQLITE_OK; }
+  sqlite3_stmt* get() { return stmt_; }
+  void Bind(int i, const std::string& s) {
+    sqlite3_bind_text(stmt_, i, s.c_str(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
+  }
+  void Bind(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
+
+ private:
+  sqlite3_stmt* stmt_ = nullptr;
+  int rc_;
+};
+
+std::string Col(sqlite3_stmt* s, int i) {
+  const unsigned char* t = sqlite3_column_text(s, i);
+  return t ? reinterpret_cast<const char*>(t) : "";
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& data_dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(data_dir, ec);
+  if (ec) {
+    return absl::InternalError(fedgate::StrCat("cannot create data_dir ", data_dir, ": ", ec.message()));
+  }
+  const std::string path = data_dir + "/fedgate.db";
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                           nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    sqlite3_close(db);
+    return absl::InternalError(fedgate::StrCat("cannot open store ", path, ": ", msg));
+  }
+  std::unique_ptr<Store> store(new Store(db));
+  sqlite3_busy_timeout(db, 5000);
+  for (const char* pragma :
+       {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=FULL;", "PRAGMA foreign_keys=ON;"}) {
+    if (auto st = store->Exec(pragma); !st.ok()) {
+      return absl::InternalError(fedgate::StrCat("store ", path, ": ", st.message()));
+    }
+  }
+  if (auto st = store->Migrate(); !st.ok()) {
+    return absl::InternalError(fedgate::StrCat("store ", path, ": ", st.message()));
+  }
+  return store;
+}
+
+Store::~Store() { sqlite3_close(db_); }
+
+absl::Status Store::Exec(const std::string& sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "unknown error";
+    sqlite3_free(err);
+    return absl::InternalError(msg);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Store::Migrate() {
+  std::lock_guard lock(mu_);
+  {
+    Stmt s(db_, "PRAGMA user_version;");
+    if (!s.ok() || sqlite3_step(s.get()) != SQLITE_ROW) {
+      return absl::InternalError(sqlite3_errmsg(db_));
+    }
+    schema_version_ = sqlite3_column_int(s.get(), 0);
+  }
+  const int latest = static_cast<int>(std::size(kMigrations));
+  if (schema_version_ > latest) {
+    return absl::FailedPreconditionError(fedgate::StrCat(
+        "schema version ", schema_version_, " is newer than this fedgate knows (", latest, ")"));
+  }
+  while (schema_version_ < latest) {
+    const int next = schema_version_ + 1;
+    std::string sql = fedgate::StrCat("BEGIN IMMEDIATE;", kMigrations[schema_version_],
+                                   "PRAGMA user_version=", next, ";COMMIT;");
+    if (auto st = Exec(sql); !st.ok()) {
+      (void)Exec("ROLLBACK;");
+      return absl::InternalError(fedgate::StrCat("migration to v", next, " failed: ", st.message()));
+    }
+    schema_version_ = next;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<StoredPeer>> Store::LoadPeers() {
+  std::lock_guard lock(mu_);
+  Stmt s(db_, "SELECT site, endpoint, added_at_unix_ms FROM peers ORDER BY site;");
+  if (!s.ok()) return absl::InternalError(sqlite3_errmsg(db_));
+  std::vector<StoredPeer> out;
+  int rc;
+  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+    out.push_back({Col(s.get(), 0), Col(s.get(), 1), sqlite3_column_int64(s.get(), 2)});
+  }
+  if (rc != SQLITE_DONE) return absl::InternalError(sqlite3_errmsg(db_));
+  return out;
+}
+
+absl::Status Store::UpsertPeer(const StoredPeer& peer) {
+  std::lock_guard lock(mu_);
+  Stmt s(db_,
+         "INSERT INTO peers(site, endpoint, added_at_unix_ms) VALUES(?1, ?2, ?3) "
+         "ON CONFLICT(site) DO UPDATE SET endpoint=excluded.endpoint;");
+  if (!s.ok()) return absl::InternalError(sqlite3_errmsg(db_));
+  s.Bind(1, peer.site);
+  s.Bind(2, peer.endpoint);
+  s.Bind(3, peer.added_at_unix_ms);
+  if (sqlite3_step(s.get()) != SQLITE_DONE) return absl::InternalError(sqlite3_errmsg(db_));
+  return absl::OkStatus();
+}
+
+absl::Status Store::DeletePeer(const std::string& site) {
+  std::lock_guard lock(mu_);
+  Stmt s(db_, "DELETE FROM peers WHERE site = ?1;");
+  if (!s.ok()) return absl::InternalError(sqlite3_errmsg(db_));
+  s.Bind(1, site);
+  if (sqlite3_step(s.get()) != SQLITE_DONE) return absl::InternalError(sqlite3_errmsg(db_));
+  if (sqlite3_changes(db_) == 0) {
+    return absl::NotFoundError(fedgate::StrCat("no stored peer \"", site, "\""));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<std::string>> Store::GetKv(const std::string& key) {
+  std::lock_guard lock(mu_);
+  Stmt s(db_, "SELECT value FROM kv WHERE key = ?1;");
+  if (!s.ok()) return absl::InternalError(sqlite3_errmsg(db_));
+  s.Bind(1, key);
+  int rc = sqlite3_step(s.get());
+  if (rc == SQLITE_ROW) return std::optional<std::string>(Col(s.get(), 0));
+  if (rc == SQLITE_DONE) return std::optional<std::string>();
+  return absl::InternalError(sqlite3_errmsg(db_));
+}
+
+absl::Status Store::PutKv(const std::string& key, const std::string& value) {
+  std::lock_guard lock(mu_);
+  Stmt s(db_,
+         "INSERT INTO kv(key, value) VALUES(?1, ?2) "
+         "ON CONFLICT(key) DO UPDATE SET value=excluded.value;");
+  if (!s.ok()) return absl::InternalError(sqlite3_errmsg(db_));
+  s.Bind(1, key);
+  s.Bind(2, value);
+  if (sqlite3_step(s.get()) != SQLITE_DONE) return absl::InternalError(sqlite3_errmsg(db_));
+  return absl::OkStatus();
+}
+
+}  // namespace fedgate::gateway

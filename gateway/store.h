@@ -1,0 +1,51 @@
+// The gateway's durable state in one SQLite file under data_dir (WAL mode,
+// synchronous=FULL). Schema changes are versioned migrations.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+struct sqlite3;
+
+namespace fedgate::gateway {
+
+struct StoredPeer {
+  std::string site;
+  std::string endpoint;
+  int64_t added_at_unix_ms = 0;
+};
+
+class Store {
+ public:
+  // Creates data_dir if needed, opens (or creates) fedgate.db and migrates it.
+  static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& data_dir);
+  ~Store();
+
+  int schema_version() const { return schema_version_; }
+
+  absl::StatusOr<std::vector<StoredPeer>> LoadPeers();
+  absl::Status UpsertPeer(const StoredPeer& peer);
+  // Returns NOT_FOUND when no such peer was stored.
+  absl::Status DeletePeer(const std::string& site);
+
+  absl::StatusOr<std::optional<std::string>> GetKv(const std::string& key);
+  absl::Status PutKv(const std::string& key, const std::string& value);
+
+ private:
+  explicit Store(sqlite3* db) : db_(db) {}
+  absl::Status Exec(const std::string& sql);
+  absl::Status Migrate();
+
+  std::mutex mu_;
+  sqlite3* db_;
+  int schema_version_ = 0;
+};
+
+}  // namespace fedgate::gateway
