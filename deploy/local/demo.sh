@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# A local 3-site fedgate federation on loopback:
+#   cn-beijing  (1 node x 8 A100-80GB)
+#   cn-shanghai (1 node x 4 A100-80GB, 1 node x 4 H100)
+#   cn-shenzhen (2 nodes x 8 H100)
+# peered as a partial mesh (beijing - shanghai - shenzhen; beijing and shenzhen
+# never talk directly). Shows every site's view of the federation, then stops.
+# Installs what is missing and builds first. Honours FEDGATE_BUILD_DIR.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+BUILD="${FEDGATE_BUILD_DIR:-$REPO/build}"
+WORK="${FEDGATE_DEMO_DIR:-$(mktemp -d /tmp/fedgate-demo.XXXXXX)}"
+BASE_PORT="${FEDGATE_DEMO_PORT:-17400}"
+KEEP="${FEDGATE_DEMO_KEEP:-0}"
+
+say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+
+say "Checking packages and building (build dir: $BUILD)"
+"$REPO/deploy/deps.sh"
+export CCACHE_BASEDIR="$REPO" CCACHE_NOHASHDIR=1
+if [ ! -f "$BUILD/build.ninja" ]; then
+  cmake -S "$REPO" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+fi
+cmake --build "$BUILD" -j2 --target fedgate fedctl | grep -vE '^\[|^ninja: (Entering|no work)' || true
+FEDGATE="$BUILD/gateway/fedgate"
+FEDCTL="$BUILD/gateway/cli/fedctl"
+
+SITES=(cn-beijing cn-shanghai cn-shenzhen)
+declare -A GRPC_PORT OPS_PORT PIDS
+i=0
+for s in "${SITES[@]}"; do
+  GRPC_PORT[$s]=$((BASE_PORT + i * 10))
+  OPS_PORT[$s]=$((BASE_PORT + i * 10 + 1))
+  i=$((i + 1))
+done
+
+cleanup() {
+  local code=$?
+  trap - EXIT INT TERM
+  if [ ${#PIDS[@]} -gt 0 ]; then
+    say "Stopping the gateways (SIGTERM: each withdraws its ad and exits 0)"
+    for s in "${!PIDS[@]}"; do kill -TERM "${PIDS[$s]}" 2>/dev/null || true; done
+    for s in "${!PIDS[@]}"; do
+      if wait "${PIDS[$s]}" 2>/dev/null; then echo "  $s exited cleanly"; else echo "  $s exited with $?"; fi
+    done
+  fi
+  if [ "$KEEP" = 1 ]; then echo "work dir kept: $WORK"; else rm -rf "$WORK"; fi
+  exit $code
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+say "Creating a CA for federation 'aidc' and certificates in $WORK"
+"$FEDCTL" certs init-ca --dir "$WORK/ca" --federation aidc 2>/dev/null
+for s in "${SITES[@]}"; do
+  "$FEDCTL" certs issue --ca-dir "$WORK/ca" --out "$WORK/$s/tls" --site "$s" --role gateway \
+    --dns localhost --ip 127.0.0.1 2>/dev/null
+  "$FEDCTL" certs issue --ca-dir "$WORK/ca" --out "$WORK/$s/admin" --site "$s" --role admin \
+    --name ops 2>/dev/null
+  echo "  $s: gateway spiffe://aidc/site/$s/gateway, admin spiffe://aidc/site/$s/admin/ops"
+done
+
+write_config() {
+  local site=$1 nodes=$2 peers=$3
+  cat >"$WORK/$site/fedgate.yaml" <<YAML
+site: $site
+federation: aidc
+listen:
+  grpc: 127.0.0.1:${GRPC_PORT[$site]}
+  http: 127.0.0.1:$((${GRPC_PORT[$site]} + 2))
+  ops: 127.0.0.1:${OPS_PORT[$site]}
+tls: {ca: tls/ca.pem, cert: tls/cert.pem, key: tls/key.pem}
+data_dir: data
+inventory:
+  source: static
+  nodes:
+$nodes
+peers:
+$peers
+advertise: {interval: 1s, ttl: 5s}
+executor: {kind: process}
+YAML
+}
+peer() { echo "  - {site: $1, endpoint: 127.0.0.1:${GRPC_PORT[$1]}}"; }
+
+write_config cn-beijing \
+"    - {name: bj-1, address: 127.0.0.1, gpu_model: A100-80GB, gpu_memory_gib: 80, gpus: 8, rdma: true, nic_gbps: 200}" \
+"$(peer cn-shanghai)"
+write_config cn-shanghai \
+"    - {name: sh-1, address: 127.0.0.1, gpu_model: A100-80GB, gpu_memory_gib: 80, gpus: 4, nic_gbps: 100}
+    - {name: sh-2, address: 127.0.0.1, gpu_model: H100, gpu_memory_gib: 80, gpus: 4, nic_gbps: 100}" \
+"$(peer cn-beijing)
+$(peer cn-shenzhen)"
+write_config cn-shenzhen \
+"    - {name: sz-1, address: 127.0.0.1, gpu_model: H100, gpu_memory_gib: 80, gpus: 8, rdma: true, nic_gbps: 400}
+    - {name: sz-2, address: 127.0.0.1, gpu_model: H100, gpu_memory_gib: 80, gpus: 8, rdma: true, nic_gbps: 400}" \
+"$(peer cn-shanghai)"
+
+say "Starting three gateways (partial mesh: beijing <-> shanghai <-> shenzhen)"
+for s in "${SITES[@]}"; do
+  "$FEDGATE" --config "$WORK/$s/fedgate.yaml" 2>"$WORK/$s/fedgate.log" &
+  PIDS[$s]=$!
+  echo "  $s: pid ${PIDS[$s]}, gRPC 127.0.0.1:${GRPC_PORT[$s]}, ops http://127.0.0.1:${OPS_PORT[$s]}/metrics, log $WORK/$s/fedgate.log"
+done
+
+fedctl_as() {  # fedctl_as SITE ARGS... : fedctl as that site's admin
+  local s=$1; shift
+  "$FEDCTL" --gateway "127.0.0.1:${GRPC_PORT[$s]}" --tls-dir "$WORK/$s/admin" "$@"
+}
+
+say "Waiting until every site sees all three sites"
+start_ms=$(( $(date +%s%N) / 1000000 ))
+deadline=$(( $(date +%s) + 60 ))
+while :; do
+  converged=1
+  for s in "${SITES[@]}"; do
+    if ! kill -0 "${PIDS[$s]}" 2>/dev/null; then
+      echo "gateway $s died; its log:" >&2; tail -20 "$WORK/$s/fedgate.log" >&2; exit 1
+    fi
+    n=$(fedctl_as "$s" -o json capacity 2>/dev/null | grep -o '"state":"\(up\|local\)"' | wc -l || true)
+    [ "$n" = 3 ] || converged=0
+  done
+  [ $converged = 1 ] && break
+  if [ "$(date +%s)" -ge $deadline ]; then echo "not converged after 60s" >&2; exit 1; fi
+  sleep 0.2
+done
+echo "  converged in $(( $(date +%s%N) / 1000000 - start_ms )) ms"
+
+for s in "${SITES[@]}"; do
+  say "fedctl capacity, as seen from $s"
+  fedctl_as "$s" capacity
+done
+say "fedctl peers list, as seen from cn-shanghai"
+fedctl_as cn-shanghai peers list
+
+say "Demo done"

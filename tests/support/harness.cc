@@ -1,0 +1,197 @@
+#include "tests/support/harness.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <sstream>
+#include <thread>
+
+#include "gateway/tls.h"
+
+namespace fedgate::testing {
+
+std::string FedgateBin() { return FEDGATE_BIN; }
+std::string FedctlBin() { return FEDCTL_BIN; }
+
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+bool Eventually(const std::function<bool()>& cond, int timeout_ms, int poll_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    if (cond()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(poll_ms));
+  }
+}
+
+std::string HttpGet(int port, const std::string& path, int* status) {
+  *status = 0;
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  timeval tv{2, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return "";
+  }
+  std::string req = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+  (void)::write(fd, req.data(), req.size());
+  std::string resp;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof(buf))) > 0) resp.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  if (resp.rfind("HTTP/1.1 ", 0) != 0) return "";
+  *status = std::stoi(resp.substr(9, 3));
+  auto body = resp.find("\r\n\r\n");
+  return body == std::string::npos ? "" : resp.substr(body + 4);
+}
+
+double Metric(int ops_port, const std::string& series) {
+  int status = 0;
+  std::istringstream body(HttpGet(ops_port, "/metrics", &status));
+  std::string line;
+  while (std::getline(body, line)) {
+    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
+  }
+  return 0;
+}
+
+std::shared_ptr<grpc::Channel> TlsChannel(const std::string& endpoint, const TlsFiles& files) {
+  auto creds = gateway::MakeChannelCredentials(
+      gateway::MakeStaticProvider(files.ca_pem, files.cert_pem, files.key_pem),
+      [](const gateway::Identity&) { return absl::OkStatus(); });
+  return grpc::CreateCustomChannel(endpoint, creds, gateway::DefaultChannelArgs());
+}
+
+TestFederation::~TestFederation() {
+  for (auto& [name, s] : sites_) {
+    if (s.proc && s.proc->Running()) {
+      s.proc->Signal(SIGCONT);
+      s.proc->Signal(SIGKILL);
+    }
+  }
+}
+
+void TestFederation::AddSite(const SiteOptions& opts) {
+  Site s;
+  s.opts = opts;
+  s.grpc_port = FreePort();
+  s.ops_port = FreePort();
+  WriteTlsDir(tmp_ / (opts.site + "/tls"), ca_->Gateway(opts.site));
+  s.admin = ca_->Admin(opts.site);
+  WriteTlsDir(tmp_ / (opts.site + "/admin"), s.admin);
+  sites_[opts.site] = std::move(s);
+}
+
+std::string TestFederation::endpoint(const std::string& site) const {
+  return "127.0.0.1:" + std::to_string(sites_.at(site).grpc_port);
+}
+
+void TestFederation::WriteConfig(const std::string& site) {
+  const Site& s = sites_.at(site);
+  std::ostringstream y;
+  y << "site: " << site << "\nfederation: " << ca_->federation() << "\n"
+    << "listen:\n  grpc: " << endpoint(site) << "\n  ops: 127.0.0.1:" << s.ops_port << "\n"
+    << "tls: {ca: tls/ca.pem, cert: tls/cert.pem, key: tls/key.pem"
+    << (s.opts.tls_reload.empty() ? "" : ", reload_interval: " + s.opts.tls_reload) << "}\n"
+    << "data_dir: data\ninventory:\n  nodes:\n";
+  for (const auto& n : s.opts.node_lines) y << "    - " << n << "\n";
+  if (!s.opts.peers.empty()) {
+    y << "peers:\n";
+    for (const auto& p : s.opts.peers) {
+      y << "  - {site: " << p << ", endpoint: " << endpoint(p) << "}\n";
+    }
+  }
+  y << "advertise: {interval: " << s.opts.interval << ", ttl: " << s.opts.ttl << "}\n";
+  WriteText(tmp_ / (site + "/fedgate.yaml"), y.str());
+}
+
+void TestFederation::Start(const std::string& site) {
+  WriteConfig(site);
+  Site& s = sites_.at(site);
+  s.proc = Process::Spawn({FedgateBin(), "--config", tmp_ / (site + "/fedgate.yaml")},
+                          tmp_ / (site + "/fedgate.log"));
+}
+
+void TestFederation::StartAll() {
+  for (auto& [name, s] : sites_) Start(name);
+}
+
+bool TestFederation::WaitReady(const std::string& site, int timeout_ms) {
+  return Eventually(
+      [&] {
+        int status = 0;
+        HttpGet(ops_port(site), "/readyz", &status);
+        return status == 200;
+      },
+      timeout_ms);
+}
+
+void TestFederation::Kill(const std::string& site, int sig) {
+  sites_.at(site).proc->Signal(sig);
+  if (sig == SIGKILL) sites_.at(site).proc->Wait(10000);
+}
+
+std::optional<int> TestFederation::Stop(const std::string& site, int timeout_ms) {
+  sites_.at(site).proc->Signal(SIGTERM);
+  return sites_.at(site).proc->Wait(timeout_ms);
+}
+
+v1::AdminService::Stub* TestFederation::admin(const std::string& site) {
+  Site& s = sites_.at(site);
+  if (!s.stub) s.stub = v1::AdminService::NewStub(TlsChannel(endpoint(site), s.admin));
+  return s.stub.get();
+}
+
+std::optional<v1::GetCapacityResponse> TestFederation::Capacity(const std::string& site) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  v1::GetCapacityResponse resp;
+  if (!admin(site)->GetCapacity(&ctx, {}, &resp).ok()) return std::nullopt;
+  return resp;
+}
+
+std::optional<v1::ListPeersResponse> TestFederation::Peers(const std::string& site) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  v1::ListPeersResponse resp;
+  if (!admin(site)->ListPeers(&ctx, {}, &resp).ok()) return std::nullopt;
+  return resp;
+}
+
+std::vector<std::string> TestFederation::LiveSites(const std::string& site) {
+  std::vector<std::string> out;
+  auto cap = Capacity(site);
+  if (!cap) return out;
+  for (const auto& s : cap->sites()) {
+    if (s.state() == "up" || s.state() == "local") out.push_back(s.site());
+  }
+  return out;
+}
+
+bool TestFederation::Converged(const std::vector<std::string>& sites) {
+  for (const auto& s : sites) {
+    if (LiveSites(s) != sites) return false;
+  }
+  return true;
+}
+
+}  // namespace fedgate::testing

@@ -1,0 +1,135 @@
+#include "gateway/config.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "tests/support/temp_dir.h"
+
+namespace fedgate::gateway {
+namespace {
+
+using testing::TempDir;
+using testing::WriteText;
+
+class ConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* f : {"ca.pem", "cert.pem", "key.pem"}) WriteText(dir_ / f, "x");
+  }
+  absl::StatusOr<Config> Parse(const std::string& yaml) {
+    return ParseConfig(yaml, dir_.path(), "fedgate.yaml");
+  }
+  static std::string Good(const std::string& extra = "") {
+    return "site: cn-beijing\n"
+           "federation: aidc\n"
+           "listen:\n"
+           "  grpc: 0.0.0.0:7443\n"
+           "tls: {ca: ca.pem, cert: cert.pem, key: key.pem}\n"
+           "inventory:\n"
+           "  nodes:\n"
+           "    - {name: bj-1, address: 10.0.0.11, gpu_model: A100-80GB, gpus: 8}\n" +
+           extra;
+  }
+  void ExpectError(const std::string& yaml, const std::string& needle) {
+    auto c = Parse(yaml);
+    ASSERT_FALSE(c.ok()) << yaml;
+    EXPECT_NE(std::string(c.status().message()).find(needle), std::string::npos)
+        << "error was: " << c.status().message();
+  }
+  TempDir dir_;
+};
+
+TEST_F(ConfigTest, MinimalConfigGetsDefaults) {
+  auto c = Parse(Good());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->site, "cn-beijing");
+  EXPECT_EQ(c->listen_ops, "127.0.0.1:9090");
+  EXPECT_EQ(c->advertise_interval_ms, 2000);
+  EXPECT_EQ(c->advertise_ttl_ms, 10000);
+  EXPECT_EQ(c->tls_ca, dir_ / "ca.pem") << "relative paths resolve from the config's folder";
+  ASSERT_EQ(c->nodes.size(), 1u);
+  EXPECT_EQ(c->nodes[0].gpus, 8u);
+  EXPECT_FALSE(c->nodes[0].rdma);
+}
+
+TEST_F(ConfigTest, AcceptsEveryKeyOfTheDesignExample) {
+  auto c = Parse(
+      "site: cn-beijing\nfederation: aidc\n"
+      "listen:\n  grpc: 0.0.0.0:7443\n  http: 127.0.0.1:8443\n  ops: 127.0.0.1:9090\n"
+      "tls: {ca: ca.pem, cert: cert.pem, key: key.pem}\n"
+      "data_dir: /var/lib/fedgate\n"
+      "inventory:\n  source: static\n  nodes:\n"
+      "    - {name: bj-1, address: 10.0.0.11, gpu_model: A100-80GB, gpu_memory_gib: 80, gpus: 8,\n"
+      "       rdma: true, nic_gbps: 200, labels: {gpu-type: a100}}\n"
+      "peers:\n  - {site: cn-shanghai, endpoint: sh.example:7443}\n"
+      "advertise: {interval: 2s, ttl: 10s}\n"
+      "bench: {probe_interval: 10m, probe_duration: 3s}\n"
+      "executor: {kind: process}\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->nodes[0].rdma);
+  EXPECT_EQ(c->nodes[0].labels.at("gpu-type"), "a100");
+  EXPECT_EQ(c->peers[0].endpoint, "sh.example:7443");
+  EXPECT_EQ(c->bench_probe_interval_ms, 600000);
+  EXPECT_EQ(c->data_dir, "/var/lib/fedgate");
+}
+
+TEST_F(ConfigTest, UnknownKeysNameTheKeyAndLine) {
+  ExpectError(Good("colour: blue\n"), "fedgate.yaml:9: unknown key \"colour\"");
+  ExpectError(Good("advertise: {interval: 2s, ttll: 10s}\n"), "unknown key \"advertise.ttll\"");
+  std::string typo = Good();
+  typo.insert(typo.find("tls:"), "  grcp: h:2\n");
+  ExpectError(typo, "fedgate.yaml:5: unknown key \"listen.grcp\"");
+  ExpectError(Good().replace(Good().find("gpus: 8"), 7, "gpus: 8, colour: red"),
+              "unknown key \"inventory.nodes[0].colour\"");
+}
+
+TEST_F(ConfigTest, MissingRequiredKeys) {
+  ExpectError("federation: aidc\n", "missing required key \"site\"");
+  ExpectError(Good().replace(Good().find("gpu_model: A100-80GB, "), 22, ""),
+              "missing required key \"inventory.nodes[0].gpu_model\"");
+  ExpectError("", "empty");
+}
+
+TEST_F(ConfigTest, BadValuesNameTheKey) {
+  ExpectError(Good().replace(Good().find("gpus: 8"), 7, "gpus: 0"),
+              "\"inventory.nodes[0].gpus\" must be between 1 and 4096");
+  ExpectError(Good().replace(Good().find("gpus: 8"), 7, "gpus: many"),
+              "\"inventory.nodes[0].gpus\" must be an integer");
+  ExpectError(Good().replace(Good().find("0.0.0.0:7443"), 12, "0.0.0.0"),
+              "\"listen.grpc\": invalid endpoint");
+  ExpectError(Good().replace(Good().find("0.0.0.0:7443"), 12, "0.0.0.0:99999"),
+              "port out of range");
+  ExpectError(Good("peers:\n  - {site: cn-sh, endpoint: nowhere}\n"),
+              "\"peers[0].endpoint\": invalid endpoint");
+  ExpectError(Good("advertise: {interval: 2s, ttl: 1s}\n"), "must be longer");
+  ExpectError(Good("advertise: {interval: soon}\n"), "\"advertise.interval\": invalid duration");
+  ExpectError(Good("executor: {kind: slurm}\n"), "unsupported executor \"slurm\"");
+  ExpectError(Good().replace(0, 15, "site: CN Beijing"), "invalid site name");
+  ExpectError(Good("peers:\n  - {site: cn-beijing, endpoint: h:1}\n"), "this site itself");
+}
+
+TEST_F(ConfigTest, MissingTlsFileIsNamed) {
+  std::filesystem::remove(dir_ / "key.pem");
+  ExpectError(Good(), "\"tls.key\": cannot read file");
+}
+
+TEST_F(ConfigTest, MalformedYamlHasALine) {
+  ExpectError("site: a\nlisten: [unclosed\n", "fedgate.yaml:");
+}
+
+TEST_F(ConfigTest, MissingFile) {
+  auto c = LoadConfig(dir_ / "nope.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(std::string(c.status().message()).find("nope.yaml"), std::string::npos);
+}
+
+TEST_F(ConfigTest, DuplicateNodesAndPeers) {
+  ExpectError(Good("    - {name: bj-1, address: 10.0.0.12, gpu_model: H100, gpus: 8}\n"),
+              "duplicate node name \"bj-1\"");
+  ExpectError(Good("peers:\n  - {site: x, endpoint: h:1}\n  - {site: x, endpoint: h:2}\n"),
+              "duplicate peer \"x\"");
+}
+
+}  // namespace
+}  // namespace fedgate::gateway

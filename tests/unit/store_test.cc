@@ -1,0 +1,63 @@
+#include "gateway/store.h"
+
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include "tests/support/temp_dir.h"
+
+namespace fedgate::gateway {
+namespace {
+
+using testing::TempDir;
+
+TEST(Store, PeersAndKvSurviveReopen) {
+  TempDir dir;
+  {
+    auto store = Store::Open(dir / "data");
+    ASSERT_TRUE(store.ok()) << store.status();
+    EXPECT_EQ((*store)->schema_version(), 1);
+    ASSERT_TRUE((*store)->UpsertPeer({"cn-shanghai", "h:1", 5}).ok());
+    ASSERT_TRUE((*store)->UpsertPeer({"cn-shanghai", "h:2", 6}).ok());
+    ASSERT_TRUE((*store)->UpsertPeer({"cn-shenzhen", "h:3", 7}).ok());
+    ASSERT_TRUE((*store)->PutKv("ad_seq", "41").ok());
+    ASSERT_TRUE((*store)->DeletePeer("cn-shenzhen").ok());
+    EXPECT_EQ((*store)->DeletePeer("cn-shenzhen").code(), absl::StatusCode::kNotFound);
+  }
+  auto store = Store::Open(dir / "data");
+  ASSERT_TRUE(store.ok());
+  auto peers = (*store)->LoadPeers();
+  ASSERT_TRUE(peers.ok());
+  ASSERT_EQ(peers->size(), 1u);
+  EXPECT_EQ((*peers)[0].endpoint, "h:2");
+  EXPECT_EQ((*peers)[0].added_at_unix_ms, 5) << "an update keeps the first approval time";
+  EXPECT_EQ(**(*store)->GetKv("ad_seq"), "41");
+  EXPECT_FALSE((*store)->GetKv("missing")->has_value());
+}
+
+TEST(Store, UsesWalAndRefusesANewerSchema) {
+  TempDir dir;
+  { ASSERT_TRUE(Store::Open(dir.path()).ok()); }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir / "fedgate.db").c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* s = nullptr;
+  sqlite3_prepare_v2(db, "PRAGMA journal_mode;", -1, &s, nullptr);
+  ASSERT_EQ(sqlite3_step(s), SQLITE_ROW);
+  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(s, 0)), "wal");
+  sqlite3_finalize(s);
+  sqlite3_exec(db, "PRAGMA user_version=99;", nullptr, nullptr, nullptr);
+  sqlite3_close(db);
+  auto again = Store::Open(dir.path());
+  ASSERT_FALSE(again.ok());
+  EXPECT_NE(std::string(again.status().message()).find("newer"), std::string::npos);
+}
+
+TEST(Store, UnwritableDataDirIsAClearError) {
+  TempDir dir;
+  testing::WriteText(dir / "file", "x");
+  auto store = Store::Open(dir / "file/sub");
+  ASSERT_FALSE(store.ok());
+  EXPECT_NE(std::string(store.status().message()).find("data_dir"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fedgate::gateway
