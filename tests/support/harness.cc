@@ -161,11 +161,19 @@ v1::AdminService::Stub* TestFederation::admin(const std::string& site) {
   return s.stub.get();
 }
 
+// A channel whose first attempts met a gateway that was not listening yet can
+// stay stuck in TLS handshake timeouts (seen with gRPC 1.51's static
+// certificate provider): start over with a new channel after any failure.
+void TestFederation::ResetAdmin(const std::string& site) { sites_.at(site).stub.reset(); }
+
 std::optional<v1::GetCapacityResponse> TestFederation::Capacity(const std::string& site) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
   v1::GetCapacityResponse resp;
-  if (!admin(site)->GetCapacity(&ctx, {}, &resp).ok()) return std::nullopt;
+  if (!admin(site)->GetCapacity(&ctx, {}, &resp).ok()) {
+    ResetAdmin(site);
+    return std::nullopt;
+  }
   return resp;
 }
 
@@ -173,7 +181,10 @@ std::optional<v1::ListPeersResponse> TestFederation::Peers(const std::string& si
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
   v1::ListPeersResponse resp;
-  if (!admin(site)->ListPeers(&ctx, {}, &resp).ok()) return std::nullopt;
+  if (!admin(site)->ListPeers(&ctx, {}, &resp).ok()) {
+    ResetAdmin(site);
+    return std::nullopt;
+  }
   return resp;
 }
 

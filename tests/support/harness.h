@@ -87,6 +87,7 @@ class TestFederation {
     std::unique_ptr<v1::AdminService::Stub> stub;
   };
   void WriteConfig(const std::string& site);
+  void ResetAdmin(const std::string& site);
 
   TestCa* ca_;
   TempDir tmp_;

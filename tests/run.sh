@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, and runs every test twice: a Release build,
+# then an AddressSanitizer + UBSan build in its own folder. Prints both ctest
+# summaries. Honours FEDGATE_BUILD_DIR (default build/ in the repo); the
+# sanitizer build goes to FEDGATE_ASAN_BUILD_DIR (default <build>-asan).
+# FEDGATE_SKIP_ASAN=1 runs the Release pass only (for quick local loops).
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD="${FEDGATE_BUILD_DIR:-$REPO/build}"
+ASAN_BUILD="${FEDGATE_ASAN_BUILD_DIR:-${BUILD%/}-asan}"
+JOBS="${FEDGATE_JOBS:-2}"
+
+"$REPO/deploy/deps.sh"
+
+export CCACHE_BASEDIR="$REPO" CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-5G}"
+
+configure_and_build() {  # DIR CMAKE_ARGS...
+  local dir=$1; shift
+  if [ ! -f "$dir/build.ninja" ]; then
+    cmake -S "$REPO" -B "$dir" -G Ninja "$@" >"$dir.configure.log" 2>&1 ||
+      { cat "$dir.configure.log"; exit 1; }
+  fi
+  echo "== building in $dir"
+  cmake --build "$dir" -j"$JOBS" | grep -vE '^\[[0-9]+/[0-9]+\] ' || true
+  # grep above hides progress; the exit status of the build is checked here.
+  cmake --build "$dir" -j"$JOBS" >/dev/null
+}
+
+run_ctest() {  # DIR LOGFILE
+  local dir=$1 log=$2 rc=0
+  # Unit tests in parallel; integration and netns tests one at a time: they
+  # run real processes whose timing the two cores share.
+  ( cd "$dir" && ctest -L unit -j"$JOBS" --output-on-failure --timeout 300 ) >"$log.unit" 2>&1 || rc=1
+  ( cd "$dir" && ctest -LE unit --output-on-failure --timeout 600 ) >"$log.rest" 2>&1 || rc=1
+  cat "$log.unit" "$log.rest" >"$log"
+  return $rc
+}
+
+summary() {  # NAME LOG
+  echo "== $1: ctest summary"
+  grep -E '^[0-9]+% tests passed|tests failed out of|^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess|Not Run|Exception)' "$2" || true
+}
+
+status=0
+
+configure_and_build "$BUILD" -DCMAKE_BUILD_TYPE=Release
+run_ctest "$BUILD" "$BUILD/ctest.log" || status=1
+
+if [ "${FEDGATE_SKIP_ASAN:-0}" != 1 ]; then
+  mkdir -p "$ASAN_BUILD"
+  configure_and_build "$ASAN_BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFEDGATE_SANITIZE=ON \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1"
+  export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1"
+  export LSAN_OPTIONS="suppressions=$REPO/tests/lsan.supp:print_suppressions=0"
+  export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+  run_ctest "$ASAN_BUILD" "$ASAN_BUILD/ctest.log" || status=1
+fi
+
+echo
+summary "Release" "$BUILD/ctest.log"
+[ "${FEDGATE_SKIP_ASAN:-0}" != 1 ] && summary "ASan+UBSan" "$ASAN_BUILD/ctest.log"
+if [ $status -ne 0 ]; then
+  echo "== FAILED: details above and in $BUILD/ctest.log / $ASAN_BUILD/ctest.log" >&2
+  cat "$BUILD/ctest.log" | grep -A40 -E '\*\*\*Failed|Failure' | head -150 >&2 || true
+  [ -f "$ASAN_BUILD/ctest.log" ] && grep -A40 -E '\*\*\*Failed|Failure|ERROR: (Address|Leak)Sanitizer|runtime error' "$ASAN_BUILD/ctest.log" | head -200 >&2 || true
+fi
+exit $status
