@@ -60,6 +60,11 @@ fi
 echo
 summary "Release" "$BUILD/ctest.log"
 [ "${FEDGATE_SKIP_ASAN:-0}" != 1 ] && summary "ASan+UBSan" "$ASAN_BUILD/ctest.log"
+# One plain closing line over both passes.
+logs=("$BUILD/ctest.log")
+[ "${FEDGATE_SKIP_ASAN:-0}" != 1 ] && logs+=("$ASAN_BUILD/ctest.log")
+cat "${logs[@]}" | awk '/tests failed out of/ { f += $4; t += $NF }
+  END { printf "tests: %d passed, %d failed\n", t - f, f }'
 if [ $status -ne 0 ]; then
   echo "== FAILED: details above and in $BUILD/ctest.log / $ASAN_BUILD/ctest.log" >&2
   cat "$BUILD/ctest.log" | grep -A40 -E '\*\*\*Failed|Failure' | head -150 >&2 || true

@@ -5,6 +5,9 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <future>
+
+#include <grpcpp/generic/generic_stub.h>
 
 #include "gateway/identity.h"
 #include "tests/support/harness.h"
@@ -152,6 +155,28 @@ TEST_F(FedctlLive, OpsEndpointServesHealthReadinessAndMetrics) {
                            "fedgate_authz_refusals_total", "fedgate_ads_received_total"}) {
     EXPECT_NE(m.find(std::string("# TYPE ") + name), std::string::npos) << name;
   }
+}
+
+TEST_F(FedctlLive, GrpcHealthServiceAnswersServing) {
+  // grpc.health.v1.Health/Check with an empty request; the reply's field 1
+  // (status) is SERVING = 1, i.e. the bytes 08 01.
+  auto channel = TlsChannel(fed_.endpoint("cn-beijing"), fed_.admin_tls("cn-beijing"));
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  grpc::ByteBuffer request, response;
+  grpc::Slice empty;
+  request = grpc::ByteBuffer(&empty, 1);
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status st) { done.set_value(st); });
+  auto st = done.get_future().get();
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (const auto& sl : slices) bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2));
 }
 
 TEST(FedgateDaemon, BadConfigIsOneLineNamingTheKeyAndExit2) {
