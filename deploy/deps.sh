@@ -10,7 +10,7 @@ PACKAGES=(
   libsqlite3-dev libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libibverbs-dev librdmacm-dev
-  iproute2 procps curl python3
+  iproute2 procps curl python3 iperf3
 )
 
 missing=()
