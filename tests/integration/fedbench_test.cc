@@ -1,0 +1,151 @@
+// fedbench as an operator runs it: a real server process and a real client on
+// loopback; output shapes, tokens, exit codes of unavailable transports.
+#include <google/protobuf/util/json_util.h>
+#include <gtest/gtest.h>
+
+#include "fedgate/v1/bench.pb.h"
+#include "tests/support/harness.h"
+#include "transport/engine.h"
+
+namespace fedgate::testing {
+namespace {
+
+std::string FedbenchBin() { return FEDBENCH_BIN; }
+
+class FedbenchTest : public ::testing::Test {
+ protected:
+  void StartServer(std::vector<std::string> extra = {}) {
+    port_ = FreePort();
+    std::vector<std::string> argv = {FedbenchBin(), "server", "--listen",
+                                     "127.0.0.1:" + std::to_string(port_)};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    server_ = Process::Spawn(argv, dir_ / "server.log");
+    ASSERT_TRUE(Eventually(
+        [&] { return ReadText(dir_ / "server.log").find("serving on port") != std::string::npos; },
+        10000));
+  }
+  CommandResult Run(std::vector<std::string> args) {
+    std::vector<std::string> argv = {FedbenchBin(), "run", "--target",
+                                     "127.0.0.1:" + std::to_string(port_)};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunCommand(argv, {}, 60000);
+  }
+  TempDir dir_;
+  int port_ = 0;
+  std::unique_ptr<Process> server_;
+};
+
+TEST_F(FedbenchTest, JsonReportHasOneRowPerSizeAndTheSummary) {
+  StartServer();
+  auto r = Run({"--sizes", "4K:16K", "--duration", "0.3", "--warmup", "0.1", "-o", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  v1::BenchReport rep;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(r.out, &rep).ok()) << r.out;
+  ASSERT_EQ(rep.results_size(), 3);
+  EXPECT_EQ(rep.transport(), "tcp");
+  EXPECT_EQ(rep.results(0).size_bytes(), 4096u);
+  EXPECT_EQ(rep.results(2).size_bytes(), 16384u);
+  for (const auto& row : rep.results()) {
+    EXPECT_GT(row.payload_bytes(), 0);
+    EXPECT_NEAR(row.seconds(), 0.3, 0.1) << "the receiver's window";
+    EXPECT_NEAR(row.gbps(), row.payload_bytes() * 8 / row.seconds() / 1e9, 1e-9);
+    EXPECT_GT(row.latency_us_p50(), 0);
+    EXPECT_GE(row.latency_us_p99(), row.latency_us_p50());
+  }
+  EXPECT_DOUBLE_EQ(rep.gbps(), rep.results(2).gbps());
+  EXPECT_NE(r.out.find("\"size_bytes\":4096"), std::string::npos) << "numbers, not strings";
+}
+
+TEST_F(FedbenchTest, TableHasHeadersRowsSummaryAndVerdict) {
+  StartServer();
+  auto r = Run({"--sizes", "8K", "--duration", "0.3", "--warmup", "0.1", "--expect-gbps",
+                "0.0001"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("# fedbench tcp"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(Gbit/s)"), std::string::npos);
+  EXPECT_NE(r.out.find("\n          8K "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("# Summary:"), std::string::npos);
+  EXPECT_NE(r.out.find("# OK:"), std::string::npos);
+  r = Run({"--sizes", "8K", "--duration", "0.2", "--warmup", "0", "--expect-gbps", "100000"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("# FAILED:"), std::string::npos) << r.out;
+}
+
+TEST_F(FedbenchTest, ServerWithATokenRefusesOthersAndServesTheHolder) {
+  StartServer({"--token", "s3cret"});
+  auto r = Run({"--sizes", "4K", "--duration", "0.2"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("token"), std::string::npos) << r.err;
+  r = Run({"--sizes", "4K", "--duration", "0.2", "--token", "wrong"});
+  EXPECT_NE(r.exit_code, 0);
+  r = Run({"--sizes", "4K", "--duration", "0.2", "--token", "s3cret"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+TEST_F(FedbenchTest, SeveralStreamsAllCount) {
+  StartServer();
+  auto r = Run({"--sizes", "64K", "--streams", "4", "--duration", "0.3", "--warmup", "0.1",
+                "-o", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  v1::BenchReport rep;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(r.out, &rep).ok());
+  EXPECT_EQ(rep.streams(), 4u);
+  EXPECT_GT(rep.gbps(), 0);
+}
+
+TEST_F(FedbenchTest, UnavailableTransportsExitTwoWithTheReason) {
+  // These machines have neither an RDMA NIC nor a GPU; where one is present
+  // the transport would run instead, so the check adapts to the host.
+  StartServer();
+  auto rdma = Run({"--transport", "rdma", "--duration", "0.2"});
+  auto nccl = Run({"--transport", "nccl", "--duration", "0.2"});
+  if (rdma.exit_code == 2) {
+    EXPECT_NE(rdma.err.find("no RDMA device found"), std::string::npos) << rdma.err;
+  } else {
+    std::printf("an RDMA device is present here: rdma exit %d\n", rdma.exit_code);
+  }
+  if (nccl.exit_code == 2) {
+    EXPECT_TRUE(nccl.err.find("no CUDA GPU found") != std::string::npos ||
+                nccl.err.find("built without CUDA") != std::string::npos)
+        << nccl.err;
+  } else {
+    std::printf("a GPU is present here: nccl exit %d\n", nccl.exit_code);
+  }
+  auto bad = Run({"--transport", "carrier-pigeon"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("unknown transport"), std::string::npos);
+  bad = Run({"--sizes", "64M:4K"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--sizes"), std::string::npos);
+}
+
+TEST_F(FedbenchTest, ClientToNowhereFailsWithAReason) {
+  port_ = FreePort();
+  auto r = Run({"--duration", "0.2"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("cannot connect"), std::string::npos) << r.err;
+}
+
+TEST(BenchEngine, OneTimeServerIgnoresRefusedClientsAndClosesAfterOneSession) {
+  transport::ServeOptions so;
+  so.token = "tok";
+  so.max_sessions = 1;
+  auto srv = transport::BenchServer::Listen("127.0.0.1:0", so);
+  ASSERT_TRUE(srv.ok());
+  (*srv)->ServeInBackground();
+  transport::RunOptions ro;
+  ro.target = "127.0.0.1:" + std::to_string((*srv)->port());
+  ro.sizes = {4096};
+  ro.duration_ms = 100;
+  ro.warmup_ms = 0;
+  ro.token = "nope";
+  EXPECT_FALSE(transport::RunBenchmark(ro).ok());
+  ro.token = "tok";
+  auto ok = transport::RunBenchmark(ro);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_GT(ok->gbps(), 0);
+  EXPECT_FALSE(transport::RunBenchmark(ro).ok()) << "a one-time server serves once";
+}
+
+}  // namespace
+}  // namespace fedgate::testing
