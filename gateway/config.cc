@@ -240,12 +240,19 @@ Config Walk(const YAML::Node& root, const std::string& base_dir, const Walker& w
   }
   if (root["bench"]) {
     const auto& b = root["bench"];
-    w.ExpectKeys(b, "bench", {"probe_interval", "probe_duration"});
+    w.ExpectKeys(b, "bench", {"probe_interval", "probe_duration", "link_max_age", "probe_on_peer_up"});
     if (b["probe_interval"]) {
       c.bench_probe_interval_ms = w.Duration(b["probe_interval"], "bench.probe_interval");
     }
     if (b["probe_duration"]) {
       c.bench_probe_duration_ms = w.Duration(b["probe_duration"], "bench.probe_duration");
+    }
+    if (b["link_max_age"]) {
+      c.bench_link_max_age_ms = w.Duration(b["link_max_age"], "bench.link_max_age");
+    }
+    if (b["probe_on_peer_up"]) {
+      c.bench_probe_on_peer_up =
+          w.Scalar<bool>(b["probe_on_peer_up"], "bench.probe_on_peer_up", "true or false");
     }
   }
   if (root["executor"]) {

@@ -36,6 +36,8 @@ struct Config {
   int64_t advertise_ttl_ms = 10000;
   int64_t bench_probe_interval_ms = 10 * 60 * 1000;
   int64_t bench_probe_duration_ms = 3000;
+  int64_t bench_link_max_age_ms = 30 * 60 * 1000;  // older links count as unknown
+  bool bench_probe_on_peer_up = true;
   std::string executor_kind = "process";
 };
 

@@ -45,6 +45,9 @@ GatewayCore::GatewayCore(const Config& config, const federation::Clock* clock, S
                      "Calls refused by per-call authorization.");
   metrics_->Describe("fedgate_peer_push_errors_total", "counter",
                      "Failed handshakes or pushes to a peer.");
+  metrics_->Describe("fedgate_link_gbps", "gauge", "Measured payload Gbit/s per link.");
+  metrics_->Describe("fedgate_link_age_seconds", "gauge", "Age of each link's measurement.");
+  metrics_->Describe("fedgate_probes_total", "counter", "Link probes run, by result.");
   metrics_->OnScrape([this](Metrics&) {
     std::lock_guard lock(mu_);
     UpdateGaugesLocked();
@@ -196,9 +199,10 @@ absl::Status GatewayCore::Tick() {
     persisted = store_->PutKv(kSeqKey, std::to_string(next));
     if (persisted.ok()) {
       seq_ = next;
-      ads_.Publish(federation::MakeOwnAd(config_.site, inventory_->Nodes(), seq_,
-                                         clock_->NowMs(), config_.advertise_ttl_ms,
-                                         config_.advertise_interval_ms));
+      auto ad = federation::MakeOwnAd(config_.site, inventory_->Nodes(), seq_, clock_->NowMs(),
+                                      config_.advertise_ttl_ms, config_.advertise_interval_ms);
+      for (const auto& [to, link] : own_links_) *ad.add_links() = link;
+      ads_.Publish(ad);
       metrics_->Inc("fedgate_ads_issued_total");
     }
     int expired = ads_.ExpireNow();
@@ -221,6 +225,47 @@ void GatewayCore::Withdraw() {
     ads_.Publish(ad);
   }
   cv_.notify_all();
+}
+
+void GatewayCore::RecordLink(const v1::Link& link) {
+  {
+    std::lock_guard lock(mu_);
+    own_links_[link.to()] = link;
+  }
+  // A new measurement travels in the next ad: issue it now.
+  (void)Tick();
+}
+
+federation::LinkMatrix GatewayCore::LinksLocked() {
+  federation::LinkMatrix m(config_.bench_link_max_age_ms);
+  for (const auto& [to, link] : own_links_) m.Merge(link);
+  for (const auto& stored : ads_.Fresh()) {
+    if (stored.ad.origin() == config_.site || stored.ad.withdrawn()) continue;
+    m.MergeAll(stored.ad.links());
+  }
+  return m;
+}
+
+federation::LinkMatrix GatewayCore::Links() {
+  std::lock_guard lock(mu_);
+  return LinksLocked();
+}
+
+v1::ListLinksResponse GatewayCore::ListLinks() {
+  std::lock_guard lock(mu_);
+  const int64_t now = clock_->NowMs();
+  v1::ListLinksResponse resp;
+  for (const auto& l : LinksLocked().All(now)) {
+    auto* v = resp.add_links();
+    v->set_from(l.from());
+    v->set_to(l.to());
+    v->set_gbps(l.gbps());
+    v->set_latency_ms(l.latency_ms());
+    v->set_method(l.method());
+    v->set_streams(l.streams());
+    v->set_age_seconds(std::max<double>(0, (now - l.measured_at_unix_ms()) / 1000.0));
+  }
+  return resp;
 }
 
 bool GatewayCore::IsApprovedPeer(std::string_view site) {
@@ -285,6 +330,12 @@ void GatewayCore::UpdateGaugesLocked() {
   for (const auto& p : peers_.List()) {
     metrics_->Set("fedgate_peer_up", {{"peer", p.site}},
                   peers_.StateOf(p.site) == federation::PeerState::kUp ? 1 : 0);
+  }
+  const int64_t now = clock_->NowMs();
+  for (const auto& l : LinksLocked().All(now)) {
+    metrics_->Set("fedgate_link_gbps", {{"from", l.from()}, {"to", l.to()}}, l.gbps());
+    metrics_->Set("fedgate_link_age_seconds", {{"from", l.from()}, {"to", l.to()}},
+                  (now - l.measured_at_unix_ms()) / 1000.0);
   }
 }
 

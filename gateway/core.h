@@ -5,6 +5,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -14,6 +15,7 @@
 #include "federation/ad_store.h"
 #include "federation/clock.h"
 #include "federation/inventory.h"
+#include "federation/link_matrix.h"
 #include "federation/peer_registry.h"
 #include "fedgate/v1/admin.pb.h"
 #include "fedgate/v1/federation.pb.h"
@@ -46,6 +48,12 @@ class GatewayCore {
   absl::StatusOr<v1::Peer> AddPeer(const std::string& site, const std::string& endpoint);
   absl::Status RemovePeer(const std::string& site);
   v1::GetCapacityResponse Capacity();
+  v1::ListLinksResponse ListLinks();
+
+  // Records a link this site measured and re-advertises at once.
+  void RecordLink(const v1::Link& link);
+  // The bandwidth matrix now: own probes plus links carried in fresh ads.
+  federation::LinkMatrix Links();
 
   // Re-issues this site's ad with a new seq and drops expired ads; run every
   // advertise interval and on every capacity change.
@@ -74,6 +82,7 @@ class GatewayCore {
 
  private:
   void UpdateGaugesLocked();
+  federation::LinkMatrix LinksLocked();
 
   Config config_;
   const federation::Clock* clock_;
@@ -86,6 +95,7 @@ class GatewayCore {
   federation::AdStore ads_;
   federation::PeerRegistry peers_;
   uint64_t seq_ = 0;
+  std::map<std::string, v1::Link> own_links_;  // by destination site
   std::function<void()> peers_changed_;
 };
 

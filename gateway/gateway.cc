@@ -7,6 +7,8 @@
 
 #include "federation/str_cat.h"
 #include "gateway/authz.h"
+#include "gateway/bench_host.h"
+#include "gateway/prober.h"
 #include "gateway/core.h"
 #include "gateway/metrics.h"
 #include "gateway/ops_server.h"
@@ -42,8 +44,12 @@ absl::Status Gateway::Start() {
       config_.federation, config_.site,
       [core = core_.get()](std::string_view site) { return core->IsApprovedPeer(site); },
       metrics_.get());
-  peer_service_ = std::make_unique<PeerServiceImpl>(core_.get(), authz_.get(), metrics_.get());
-  admin_service_ = std::make_unique<AdminServiceImpl>(core_.get(), authz_.get(), metrics_.get());
+  bench_host_ = std::make_unique<BenchHost>();
+  prober_ = std::make_unique<Prober>(core_.get(), metrics_.get());
+  peer_service_ = std::make_unique<PeerServiceImpl>(core_.get(), authz_.get(), metrics_.get(),
+                                                    bench_host_.get());
+  admin_service_ = std::make_unique<AdminServiceImpl>(core_.get(), authz_.get(), metrics_.get(),
+                                                      prober_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -66,6 +72,10 @@ absl::Status Gateway::Start() {
   }
 
   links_ = std::make_unique<PeerLinks>(core_.get());
+  if (config_.bench_probe_on_peer_up) {
+    links_->SetOnLinkUp([p = prober_.get()](const std::string& site) { p->Enqueue(site); });
+  }
+  prober_->Start();
   core_->SetPeersChangedHook([links = links_.get()] { links->Reconcile(); });
   links_->Reconcile();
   advertiser_ = std::thread([this] { AdvertiseLoop(); });
@@ -93,6 +103,8 @@ void Gateway::Stop() {
   ready_ = false;
   if (core_) core_->NotifyAll();
   if (advertiser_.joinable()) advertiser_.join();
+  // Finishes or cancels pending probes (and their admin calls) first.
+  if (prober_) prober_->Stop();
   if (core_ && links_) {
     spdlog::info("shutting down: withdrawing this site's ad from peers");
     core_->Withdraw();

@@ -16,6 +16,8 @@ class Server;
 namespace fedgate::gateway {
 
 class Authorizer;
+class BenchHost;
+class Prober;
 class GatewayCore;
 class Metrics;
 class OpsServer;
@@ -49,6 +51,8 @@ class Gateway {
   std::unique_ptr<AdminServiceImpl> admin_service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<PeerLinks> links_;
+  std::unique_ptr<BenchHost> bench_host_;
+  std::unique_ptr<Prober> prober_;
   std::unique_ptr<OpsServer> ops_;
   std::thread advertiser_;
   std::atomic<bool> stopping_{false};

@@ -140,6 +140,7 @@ void PeerLinks::Run(Link* link) {
         last_logged_error.clear();
         spdlog::info("peer {} link up ({}, version {})", link->site, link->endpoint,
                      resp.version());
+        if (on_up_) on_up_(link->site);
       }
     }
     if (handshaken) {

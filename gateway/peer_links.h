@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -25,6 +26,8 @@ class PeerLinks {
   explicit PeerLinks(GatewayCore* core);
   ~PeerLinks();
 
+  // Called (on the link's thread) each time a link to a peer comes up.
+  void SetOnLinkUp(std::function<void(const std::string&)> fn) { on_up_ = std::move(fn); }
   // Starts links for newly approved peers and stops links of removed ones.
   void Reconcile();
   // Gives each link up to `flush_ms` to push what is pending (the withdrawal),
@@ -40,6 +43,7 @@ class PeerLinks {
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<Link>> links_;
   bool shut_down_ = false;
+  std::function<void(const std::string&)> on_up_;
 };
 
 }  // namespace fedgate::gateway

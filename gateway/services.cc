@@ -1,8 +1,11 @@
 #include "gateway/services.h"
 
 #include "gateway/authz.h"
+#include "gateway/bench_host.h"
+#include "federation/str_cat.h"
 #include "gateway/core.h"
 #include "gateway/metrics.h"
+#include "gateway/prober.h"
 
 namespace fedgate::gateway {
 namespace {
@@ -46,6 +49,21 @@ grpc::ServerUnaryReactor* PeerServiceImpl::Advertise(grpc::CallbackServerContext
   });
 }
 
+grpc::ServerUnaryReactor* PeerServiceImpl::OpenBench(grpc::CallbackServerContext* ctx,
+                                                     const v1::OpenBenchRequest* req,
+                                                     v1::OpenBenchResponse* resp) {
+  return Guarded(ctx, authz_, metrics_, RpcClass::kPeer, "OpenBench", [&](const Identity& id) {
+    if (req->site() != id.site) {
+      return absl::InvalidArgumentError(StrCat("request names site \"", req->site(),
+                                               "\" but the certificate is of \"", id.site,
+                                               "\""));
+    }
+    auto out = bench_->Open(id.site, *req);
+    if (out.ok()) *resp = std::move(*out);
+    return out.status();
+  });
+}
+
 grpc::ServerUnaryReactor* AdminServiceImpl::ListPeers(grpc::CallbackServerContext* ctx,
                                                       const v1::ListPeersRequest*,
                                                       v1::ListPeersResponse* resp) {
@@ -79,6 +97,44 @@ grpc::ServerUnaryReactor* AdminServiceImpl::GetCapacity(grpc::CallbackServerCont
     *resp = core_->Capacity();
     return absl::OkStatus();
   });
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::ListLinks(grpc::CallbackServerContext* ctx,
+                                                      const v1::ListLinksRequest*,
+                                                      v1::ListLinksResponse* resp) {
+  return Guarded(ctx, authz_, metrics_, RpcClass::kAdmin, "ListLinks", [&](const Identity&) {
+    *resp = core_->ListLinks();
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::ProbeLink(grpc::CallbackServerContext* ctx,
+                                                      const v1::ProbeLinkRequest* req,
+                                                      v1::ProbeLinkResponse* resp) {
+  auto* reactor = ctx->DefaultReactor();
+  auto caller = authz_->Authorize(*ctx->auth_context(), RpcClass::kAdmin, "ProbeLink");
+  if (!caller.ok()) {
+    reactor->Finish(ToGrpc(caller.status()));
+    return reactor;
+  }
+  metrics_->Inc("fedgate_admin_rpc_handled_total", {{"method", "ProbeLink"}});
+  if (!core_->IsApprovedPeer(req->site())) {
+    reactor->Finish(ToGrpc(absl::NotFoundError(
+        StrCat("\"", req->site(), "\" is not an approved peer of this site"))));
+    return reactor;
+  }
+  // A probe takes seconds: finish the call from the prober's thread instead
+  // of holding a gRPC thread.
+  prober_->ProbeAsync(req->site(), [this, reactor, resp](const absl::StatusOr<v1::Link>& link) {
+    if (link.ok()) {
+      const auto all = core_->ListLinks();
+      for (const auto& v : all.links()) {
+        if (v.from() == link->from() && v.to() == link->to()) *resp->mutable_link() = v;
+      }
+    }
+    reactor->Finish(ToGrpc(link.status()));
+  });
+  return reactor;
 }
 
 }  // namespace fedgate::gateway

@@ -7,30 +7,36 @@
 namespace fedgate::gateway {
 
 class Authorizer;
+class BenchHost;
 class GatewayCore;
 class Metrics;
+class Prober;
 
 class PeerServiceImpl final : public v1::PeerService::CallbackService {
  public:
-  PeerServiceImpl(GatewayCore* core, const Authorizer* authz, Metrics* metrics)
-      : core_(core), authz_(authz), metrics_(metrics) {}
+  PeerServiceImpl(GatewayCore* core, const Authorizer* authz, Metrics* metrics, BenchHost* bench)
+      : core_(core), authz_(authz), metrics_(metrics), bench_(bench) {}
   grpc::ServerUnaryReactor* Handshake(grpc::CallbackServerContext* ctx,
                                       const v1::HandshakeRequest* req,
                                       v1::HandshakeResponse* resp) override;
   grpc::ServerUnaryReactor* Advertise(grpc::CallbackServerContext* ctx,
                                       const v1::AdvertiseRequest* req,
                                       v1::AdvertiseResponse* resp) override;
+  grpc::ServerUnaryReactor* OpenBench(grpc::CallbackServerContext* ctx,
+                                      const v1::OpenBenchRequest* req,
+                                      v1::OpenBenchResponse* resp) override;
 
  private:
   GatewayCore* core_;
   const Authorizer* authz_;
   Metrics* metrics_;
+  BenchHost* bench_;
 };
 
 class AdminServiceImpl final : public v1::AdminService::CallbackService {
  public:
-  AdminServiceImpl(GatewayCore* core, const Authorizer* authz, Metrics* metrics)
-      : core_(core), authz_(authz), metrics_(metrics) {}
+  AdminServiceImpl(GatewayCore* core, const Authorizer* authz, Metrics* metrics, Prober* prober)
+      : core_(core), authz_(authz), metrics_(metrics), prober_(prober) {}
   grpc::ServerUnaryReactor* ListPeers(grpc::CallbackServerContext* ctx,
                                       const v1::ListPeersRequest* req,
                                       v1::ListPeersResponse* resp) override;
@@ -43,11 +49,18 @@ class AdminServiceImpl final : public v1::AdminService::CallbackService {
   grpc::ServerUnaryReactor* GetCapacity(grpc::CallbackServerContext* ctx,
                                         const v1::GetCapacityRequest* req,
                                         v1::GetCapacityResponse* resp) override;
+  grpc::ServerUnaryReactor* ListLinks(grpc::CallbackServerContext* ctx,
+                                      const v1::ListLinksRequest* req,
+                                      v1::ListLinksResponse* resp) override;
+  grpc::ServerUnaryReactor* ProbeLink(grpc::CallbackServerContext* ctx,
+                                      const v1::ProbeLinkRequest* req,
+                                      v1::ProbeLinkResponse* resp) override;
 
  private:
   GatewayCore* core_;
   const Authorizer* authz_;
   Metrics* metrics_;
+  Prober* prober_;
 };
 
 }  // namespace fedgate::gateway

@@ -65,13 +65,16 @@ absl::StatusOr<v1::BenchReport> RunBenchmark(const RunOptions& opt) {
   report.set_transport(opt.transport);
   report.set_streams(opt.streams);
   report.set_target(opt.target);
-  for (size_t i = 0; i < opt.sizes.size(); ++i) {
-    const uint64_t size = opt.sizes[i];
+  std::vector<uint64_t> sizes = opt.sizes;
+  if (opt.latency_only_size > 0) sizes.insert(sizes.begin(), opt.latency_only_size);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const uint64_t size = sizes[i];
+    const bool latency_only = opt.latency_only_size > 0 && i == 0;
     v1::BenchRound round;
     round.set_size_bytes(static_cast<uint32_t>(size));
     round.set_latency_iterations(size <= kLatencyMaxSize ? opt.latency_iterations : 0);
-    round.set_warmup_ms(opt.warmup_ms);
-    round.set_duration_ms(opt.duration_ms);
+    round.set_warmup_ms(latency_only ? 0 : opt.warmup_ms);
+    round.set_duration_ms(latency_only ? 0 : opt.duration_ms);
     round.set_transport_info((*client)->RoundInfo());
     if (auto st = control.Send(round); !st.ok()) return st;
 
@@ -100,7 +103,7 @@ absl::StatusOr<v1::BenchReport> RunBenchmark(const RunOptions& opt) {
     row->set_latency_us_p50(lat.p50_us);
     row->set_latency_us_p99(lat.p99_us);
     if (opt.progress) {
-      opt.progress(StrCat("size ", FormatSize(size), " (", i + 1, "/", opt.sizes.size(), "): ",
+      opt.progress(StrCat("size ", FormatSize(size), " (", i + 1, "/", sizes.size(), "): ",
                           row->gbps(), " Gbit/s"));
     }
   }
@@ -116,6 +119,7 @@ struct BenchServer::Impl {
   tcp::acceptor acceptor{io};
   ServeOptions options;
   std::atomic<bool> stop{false};
+  std::atomic<bool> done{false};
   std::thread thread;
 
   void Log(const std::string& line) {
@@ -237,7 +241,10 @@ void BenchServer::Serve() {
   }
   boost::system::error_code ec;
   impl_->acceptor.close(ec);
+  impl_->done = true;
 }
+
+bool BenchServer::done() const { return impl_->done.load(); }
 
 void BenchServer::ServeInBackground() {
   impl_->thread = std::thread([this] { Serve(); });

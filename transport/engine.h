@@ -26,6 +26,9 @@ struct RunOptions {
   // Ping-pong iterations for sizes up to kLatencyMaxSize.
   uint32_t latency_iterations = 100;
   std::string token;
+  // When non-zero, a first round of this size measures latency only (no
+  // bandwidth window); it is reported as the first row, with 0 Gbit/s.
+  uint64_t latency_only_size = 0;
   // Called after each size with a human line (for progress on stderr).
   std::function<void(const std::string&)> progress;
 };
@@ -56,6 +59,8 @@ class BenchServer {
   // Serve() on a thread.
   void ServeInBackground();
   void Stop();
+  // True once Serve() returned (max_sessions reached, idle, or stopped).
+  bool done() const;
 
  private:
   struct Impl;

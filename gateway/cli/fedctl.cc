@@ -133,6 +133,18 @@ std::string CapacityTable(const fedgate::v1::GetCapacityResponse& resp) {
                                    rows);
 }
 
+std::string LinksTable(const fedgate::v1::ListLinksResponse& resp) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& l : resp.links()) {
+    rows.push_back({l.from(), l.to(), absl::StrFormat("%.4f", l.gbps()),
+                    absl::StrFormat("%.3f", l.latency_ms()), l.method(), absl::StrCat(l.streams()),
+                    absl::StrFormat("%.0fs", l.age_seconds())});
+  }
+  if (rows.empty()) return "no measured links yet (fedctl links probe SITE measures one)\n";
+  return fedgate::cli::RenderTable(
+      {"FROM", "TO", "GBIT/S", "LATENCY MS", "METHOD", "STREAMS", "AGE"}, rows);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -181,6 +193,11 @@ int main(int argc, char** argv) {
   peers_remove->add_option("--site", peer_site, "peer site name")->required();
 
   auto* capacity = app.add_subcommand("capacity", "every site this gateway knows, itself too");
+
+  auto* links = app.add_subcommand("links", "the measured bandwidth matrix as this site sees it");
+  std::string probe_site;
+  auto* links_probe = links->add_subcommand("probe", "measure the link from this site to SITE now");
+  links_probe->add_option("site", probe_site, "peer site")->required();
 
   try {
     app.parse(argc, argv);
@@ -263,6 +280,23 @@ int main(int argc, char** argv) {
     fedgate::v1::RemovePeerResponse resp;
     CheckRpc(admin->RemovePeer(&ctx, req, &resp), g, "peers remove");
     Print(resp, fmt, fedgate::StrCat("removed peer ", peer_site, "\n"));
+  } else if (links_probe->parsed()) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(5));
+    fedgate::v1::ProbeLinkRequest req;
+    req.set_site(probe_site);
+    fedgate::v1::ProbeLinkResponse resp;
+    std::fprintf(stderr, "probing the link to %s ...\n", probe_site.c_str());
+    CheckRpc(admin->ProbeLink(&ctx, req, &resp), g, "links probe");
+    fedgate::v1::ListLinksResponse one;
+    *one.add_links() = resp.link();
+    Print(resp, fmt, LinksTable(one));
+  } else if (links->parsed()) {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    fedgate::v1::ListLinksResponse resp;
+    CheckRpc(admin->ListLinks(&ctx, {}, &resp), g, "links");
+    Print(resp, fmt, LinksTable(resp));
   } else if (capacity->parsed()) {
     grpc::ClientContext ctx;
     SetDeadline(&ctx);
