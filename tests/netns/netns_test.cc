@@ -1,0 +1,198 @@
+// Three sites in three network namespaces, each pair joined by its own veth
+// pair shaped with tbf to a different rate; a real gateway in each. The probed
+// links must match what TCP can carry on each link, and follow a reshape.
+// Needs root (CI runs as root); never skipped.
+#include <google/protobuf/util/json_util.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <map>
+#include <sstream>
+
+#include "tests/support/harness.h"
+#include "transport/bandwidth.h"
+
+namespace fedgate::testing {
+namespace {
+
+CommandResult Sh(const std::string& cmd) { return RunCommand({"/bin/sh", "-c", cmd}, {}, 60000); }
+
+void MustSh(const std::string& cmd) {
+  auto r = Sh(cmd);
+  if (r.exit_code != 0) throw std::runtime_error(cmd + " failed: " + r.err);
+}
+
+struct Pair {
+  std::string x, y;  // site letters
+  int subnet;
+  int mbit;
+};
+
+class NetnsFederation : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(geteuid(), 0u) << "the netns test needs root (CI runs it as root)";
+    prefix_ = "fgt" + std::to_string(getpid() % 100000);
+    SweepStale();
+    for (const char* s : {"a", "b", "c"}) MustSh("ip netns add " + Ns(s));
+    for (const char* s : {"a", "b", "c"}) MustSh("ip -n " + Ns(s) + " link set lo up");
+    for (const auto& p : pairs_) {
+      const std::string vx = prefix_ + p.x + p.y, vy = prefix_ + p.y + p.x;  // <= 15 chars
+      MustSh("ip link add " + vx + " type veth peer name " + vy);
+      MustSh("ip link set " + vx + " netns " + Ns(p.x));
+      MustSh("ip link set " + vy + " netns " + Ns(p.y));
+      MustSh("ip -n " + Ns(p.x) + " addr add " + Addr(p, p.x) + "/30 dev " + vx);
+      MustSh("ip -n " + Ns(p.y) + " addr add " + Addr(p, p.y) + "/30 dev " + vy);
+      MustSh("ip -n " + Ns(p.x) + " link set " + vx + " up");
+      MustSh("ip -n " + Ns(p.y) + " link set " + vy + " up");
+      Shape(p, p.mbit, "add");
+    }
+    // Certificates and configs; every gateway listens on 7443 in its own stack.
+    for (const char* s : {"a", "b", "c"}) {
+      const std::string site = Site(s);
+      WriteTlsDir(dir_ / (site + "/tls"), ca_.Gateway(site));
+      WriteTlsDir(dir_ / (site + "/admin"), ca_.Admin(site));
+      std::ostringstream y;
+      y << "site: " << site << "\nfederation: aidc\n"
+        << "listen: {grpc: 0.0.0.0:7443, ops: 127.0.0.1:9090}\n"
+        << "tls: {ca: tls/ca.pem, cert: tls/cert.pem, key: tls/key.pem}\n"
+        << "data_dir: data\ninventory:\n  nodes:\n"
+        << "    - {name: " << s << "-1, address: 127.0.0.1, gpu_model: A100-80GB, gpus: 4}\n"
+        << "peers:\n";
+      for (const auto& p : pairs_) {
+        if (p.x == s) y << "  - {site: " << Site(p.y) << ", endpoint: " << Addr(p, p.y) << ":7443}\n";
+        if (p.y == s) y << "  - {site: " << Site(p.x) << ", endpoint: " << Addr(p, p.x) << ":7443}\n";
+      }
+      y << "advertise: {interval: 500ms, ttl: 5s}\n"
+        << "bench: {probe_duration: 3s, probe_on_peer_up: false}\n";
+      WriteText(dir_ / (site + "/fedgate.yaml"), y.str());
+      procs_[s] = Process::Spawn({"/usr/sbin/ip", "netns", "exec", Ns(s), FedgateBin(), "--config",
+                                  dir_ / (site + "/fedgate.yaml")},
+                                 dir_ / (site + "/fedgate.log"));
+    }
+  }
+
+  void TearDown() override {
+    for (auto& [s, p] : procs_) {
+      p->Signal(SIGKILL);
+      p->Wait(5000);
+    }
+    for (const char* s : {"a", "b", "c"}) Sh("ip netns del " + Ns(s) + " 2>/dev/null");
+  }
+
+  // Namespaces of runs that died without cleaning up.
+  void SweepStale() {
+    auto r = Sh("ip netns list | awk '{print $1}' | grep '^fgt' || true");
+    std::istringstream in(r.out);
+    std::string ns;
+    while (std::getline(in, ns)) {
+      if (!ns.empty()) Sh("ip netns del " + ns);
+    }
+  }
+
+  void Shape(const Pair& p, int mbit, const std::string& verb) {
+    // Burst of at least rate x 5 ms on both ends of the veth.
+    const long burst = std::max<long>(32 * 1024, static_cast<long>(mbit) * 1000000 / 8 / 200);
+    for (const auto& [side, other] : {std::pair{p.x, p.y}, std::pair{p.y, p.x}}) {
+      MustSh("ip netns exec " + Ns(side) + " tc qdisc " + verb + " dev " + prefix_ + side + other +
+             " root tbf rate " + std::to_string(mbit) + "mbit burst " + std::to_string(burst) +
+             " latency 100ms");
+    }
+  }
+
+  std::string Ns(const std::string& s) const { return prefix_ + "-" + s; }
+  static std::string Site(const std::string& s) { return "site-" + s; }
+  static std::string Addr(const Pair& p, const std::string& s) {
+    return "10.201." + std::to_string(p.subnet) + "." + (s == p.x ? "1" : "2");
+  }
+
+  CommandResult Fedctl(const std::string& s, const std::string& args) {
+    return Sh("ip netns exec " + Ns(s) + " " + FedctlBin() + " --gateway 127.0.0.1:7443 --tls-dir " +
+              dir_ / (Site(s) + "/admin") + " " + args);
+  }
+
+  std::map<std::pair<std::string, std::string>, double> Matrix(const std::string& s) {
+    std::map<std::pair<std::string, std::string>, double> out;
+    auto r = Fedctl(s, "links -o json");
+    v1::ListLinksResponse resp;
+    if (r.exit_code != 0 || !google::protobuf::util::JsonStringToMessage(r.out, &resp).ok()) {
+      return out;
+    }
+    for (const auto& l : resp.links()) out[{l.from(), l.to()}] = l.gbps();
+    return out;
+  }
+
+  double Probe(const std::string& from, const std::string& to) {
+    auto r = Fedctl(from, "links probe " + Site(to) + " -o json");
+    EXPECT_EQ(r.exit_code, 0) << r.err << ReadText(dir_ / (Site(from) + "/fedgate.log"));
+    v1::ProbeLinkResponse resp;
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(r.out, &resp).ok()) << r.out;
+    return resp.link().gbps();
+  }
+
+  void ExpectRate(double gbps, int mbit, const std::string& what) {
+    const double expected = mbit / 1000.0 * transport::TcpPayloadFraction(1500);
+    std::printf("[ measure ] %s: %.4f Gbit/s, expected %.4f (tbf %d Mbit/s x 1448/1514), ratio %.3f\n",
+                what.c_str(), gbps, expected, mbit, gbps / expected);
+    EXPECT_NEAR(gbps, expected, 0.05 * expected) << what;
+  }
+
+  std::string prefix_;
+  std::vector<Pair> pairs_ = {{"a", "b", 1, 400}, {"a", "c", 2, 100}, {"b", "c", 3, 40}};
+  TestCa ca_;
+  TempDir dir_;
+  std::map<std::string, std::unique_ptr<Process>> procs_;
+};
+
+TEST_F(NetnsFederation, ProbedLinksMatchTheShapedRatesAndFollowAReshape) {
+  // Everyone sees everyone first.
+  ASSERT_TRUE(Eventually(
+      [&] {
+        for (const char* s : {"a", "b", "c"}) {
+          auto r = Fedctl(s, "capacity -o json");
+          if (r.exit_code != 0) return false;
+          size_t n = 0, pos = 0;
+          while ((pos = r.out.find("\"state\":\"up\"", pos)) != std::string::npos) ++n, ++pos;
+          if (n != 2) return false;
+        }
+        return true;
+      },
+      30000, 200))
+      << ReadText(dir_ / "site-a/fedgate.log");
+
+  // One probe at a time across the federation, both directions of each pair.
+  for (const auto& p : pairs_) {
+    ExpectRate(Probe(p.x, p.y), p.mbit, Site(p.x) + " -> " + Site(p.y));
+    ExpectRate(Probe(p.y, p.x), p.mbit, Site(p.y) + " -> " + Site(p.x));
+  }
+  // Every site sees the whole matrix through the ads.
+  ASSERT_TRUE(Eventually(
+      [&] {
+        for (const char* s : {"a", "b", "c"}) {
+          if (Matrix(s).size() != 6) return false;
+        }
+        return true;
+      },
+      10000, 200));
+  auto m = Matrix("c");
+  const double ab = m[{"site-a", "site-b"}], ac = m[{"site-a", "site-c"}],
+               bc = m[{"site-b", "site-c"}];
+  EXPECT_GT(ab, ac);
+  EXPECT_GT(ac, bc);
+
+  // Reshape a-b down to 20 Mbit/s and re-probe: the matrix follows.
+  Shape(pairs_[0], 20, "change");
+  ExpectRate(Probe("a", "b"), 20, "site-a -> site-b after reshape");
+  ExpectRate(Probe("b", "a"), 20, "site-b -> site-a after reshape");
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto mc = Matrix("c");
+        const double now_ab = mc[{"site-a", "site-b"}];
+        return now_ab > 0 && now_ab < 0.03;
+      },
+      10000, 200));
+}
+
+}  // namespace
+}  // namespace fedgate::testing
