@@ -1,0 +1,279 @@
+#include "federation/placement.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "federation/str_cat.h"
+
+namespace fedgate::federation {
+namespace {
+
+struct Eligible {
+  std::string site;
+  uint32_t free = 0;  // GPUs matching the job's models and memory
+  std::vector<NodeOffer> nodes;  // matching nodes only
+};
+
+bool Contains(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+std::string JoinModels(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& m : v) out += (out.empty() ? "" : ", ") + m;
+  return out;
+}
+
+struct Candidate {
+  std::vector<int> idx;  // into eligible, sorted by site name
+  Score score;
+  std::string key;  // joined site names, for the stable tie-break
+};
+
+bool CandidateBetter(const Candidate& a, const Candidate& b) {
+  if (Better(a.score, b.score)) return true;
+  if (Better(b.score, a.score)) return false;
+  return a.key < b.key;
+}
+
+}  // namespace
+
+bool Better(const Score& a, const Score& b) {
+  if (a.sites != b.sites) return a.sites < b.sites;
+  if (a.bottleneck_gbps != b.bottleneck_gbps) return a.bottleneck_gbps > b.bottleneck_gbps;
+  return a.leftover_gpus < b.leftover_gpus;
+}
+
+PlacementResult Place(const JobRequest& job, const std::vector<SiteOffer>& offers,
+                      const PairGbps& links, uint64_t exact_budget) {
+  PlacementResult result;
+  std::map<std::string, std::string> why_not;
+  std::vector<Eligible> eligible;
+  const uint32_t min_per_site = std::max<uint32_t>(1, job.min_gpus_per_site);
+
+  for (const auto& o : offers) {
+    if (!o.up) {
+      why_not[o.site] = "down (no recent ad)";
+      continue;
+    }
+    if (!job.allowed_sites.empty() && !Contains(job.allowed_sites, o.site)) {
+      why_not[o.site] = "not in allowed_sites";
+      continue;
+    }
+    if (Contains(job.avoided_sites, o.site)) {
+      why_not[o.site] = "in avoided_sites";
+      continue;
+    }
+    Eligible e{o.site, 0, {}};
+    bool model_seen = false, memory_ok = false;
+    for (const auto& n : o.nodes) {
+      if (!job.gpu_models.empty() && !Contains(job.gpu_models, n.gpu_model)) continue;
+      model_seen = true;
+      if (n.gpu_memory_gib < job.min_gpu_memory_gib) continue;
+      memory_ok = true;
+      if (n.free_gpus == 0) continue;
+      e.free += n.free_gpus;
+      e.nodes.push_back(n);
+    }
+    if (!model_seen) {
+      why_not[o.site] = StrCat("no GPU of model ", JoinModels(job.gpu_models));
+    } else if (!memory_ok) {
+      why_not[o.site] = StrCat("no GPU with at least ", job.min_gpu_memory_gib, " GiB");
+    } else if (e.free == 0) {
+      why_not[o.site] = "no matching GPU free";
+    } else if (e.free < min_per_site) {
+      why_not[o.site] = StrCat("only ", e.free, " matching GPU(s) free, min_gpus_per_site is ",
+                               min_per_site);
+    } else {
+      eligible.push_back(std::move(e));
+    }
+  }
+  std::sort(eligible.begin(), eligible.end(),
+            [](const Eligible& a, const Eligible& b) { return a.site < b.site; });
+  const int n = static_cast<int>(eligible.size());
+
+  // Pairwise bandwidth of eligible sites, computed once.
+  std::vector<std::vector<double>> bw(n, std::vector<double>(n, 0));
+  std::vector<std::vector<bool>> link_ok(n, std::vector<bool>(n, true));
+  for (int i = 0; i < n; ++i) {
+    for (int j = i + 1; j < n; ++j) {
+      auto g = links(eligible[i].site, eligible[j].site);
+      bw[i][j] = bw[j][i] = g ? *g : 0.0;
+      const bool ok = job.min_link_gbps <= 0 || (g && *g >= job.min_link_gbps);
+      link_ok[i][j] = link_ok[j][i] = ok;
+    }
+  }
+
+  auto evaluate = [&](const std::vector<int>& idx) -> std::optional<Candidate> {
+    uint64_t free = 0;
+    for (int i : idx) free += eligible[i].free;
+    if (free < job.gpus) return std::nullopt;
+    if (static_cast<uint64_t>(min_per_site) * idx.size() > job.gpus) return std::nullopt;
+    double bottleneck = std::numeric_limits<double>::infinity();
+    for (size_t a = 0; a < idx.size(); ++a) {
+      for (size_t b = a + 1; b < idx.size(); ++b) {
+        if (!link_ok[idx[a]][idx[b]]) return std::nullopt;
+        bottleneck = std::min(bottleneck, bw[idx[a]][idx[b]]);
+      }
+    }
+    Candidate c;
+    c.idx = idx;
+    std::sort(c.idx.begin(), c.idx.end());
+    c.score = {static_cast<uint32_t>(idx.size()), bottleneck,
+               static_cast<uint32_t>(free - job.gpus)};
+    for (int i : c.idx) c.key += eligible[i].site + "\n";
+    return c;
+  };
+
+  std::optional<Candidate> best;
+  const int max_k = job.max_sites == 0 ? n : std::min<int>(n, static_cast<int>(job.max_sites));
+  // Free GPUs of the k largest sites bound what k sites can offer.
+  std::vector<uint32_t> frees;
+  for (const auto& e : eligible) frees.push_back(e.free);
+  std::sort(frees.rbegin(), frees.rend());
+  uint64_t top = 0;
+  for (int k = 1; k <= max_k && !best; ++k) {
+    top += frees[k - 1];
+    if (top < job.gpus) continue;
+    if (static_cast<uint64_t>(min_per_site) * k > job.gpus) break;
+    // Count k-subsets, capped, to choose exact or greedy search.
+    double combos = 1;
+    for (int i = 0; i < k; ++i) combos = combos * (n - i) / (i + 1);
+    if (combos <= static_cast<double>(exact_budget)) {
+      std::vector<int> idx(k);
+      std::function<void(int, int)> rec = [&](int start, int depth) {
+        if (depth == k) {
+          if (auto c = evaluate(idx); c && (!best || CandidateBetter(*c, *best))) best = c;
+          return;
+        }
+        for (int i = start; i <= n - (k - depth); ++i) {
+          idx[depth] = i;
+          rec(i + 1, depth + 1);
+        }
+      };
+      rec(0, 0);
+    } else {
+      // Greedy: from each seed, add the site with the best link to the chosen
+      // set (then most free GPUs) until k sites.
+      for (int seed = 0; seed < n; ++seed) {
+        std::vector<int> idx = {seed};
+        std::vector<bool> in(n, false);
+        in[seed] = true;
+        while (static_cast<int>(idx.size()) < k) {
+          int pick = -1;
+          double pick_bw = -1;
+          for (int c = 0; c < n; ++c) {
+            if (in[c]) continue;
+            double m = std::numeric_limits<double>::infinity();
+            bool ok = true;
+            for (int i : idx) {
+              ok = ok && link_ok[i][c];
+              m = std::min(m, bw[i][c]);
+            }
+            if (!ok) continue;
+            if (m > pick_bw || (m == pick_bw && eligible[c].free > eligible[pick].free)) {
+              pick = c;
+              pick_bw = m;
+            }
+          }
+          if (pick < 0) break;
+          idx.push_back(pick);
+          in[pick] = true;
+        }
+        if (static_cast<int>(idx.size()) != k) continue;
+        if (auto c = evaluate(idx); c && (!best || CandidateBetter(*c, *best))) best = c;
+      }
+    }
+  }
+
+  if (best) {
+    Placement p;
+    p.bottleneck_gbps = best->score.bottleneck_gbps;
+    p.leftover_gpus = best->score.leftover_gpus;
+    // Spread the GPUs: every site its minimum, the rest to the sites with the
+    // most free GPUs first (fewer, fuller slices).
+    std::vector<int> order = best->idx;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int a, int b) { return eligible[a].free > eligible[b].free; });
+    std::map<int, uint32_t> take;
+    uint32_t left = job.gpus;
+    for (int i : order) {
+      take[i] = min_per_site;
+      left -= min_per_site;
+    }
+    for (int i : order) {
+      const uint32_t more = std::min(left, eligible[i].free - take[i]);
+      take[i] += more;
+      left -= more;
+    }
+    uint32_t rank = 0;
+    for (int i : best->idx) {  // ranks site by site in name order
+      auto nodes = eligible[i].nodes;
+      std::stable_sort(nodes.begin(), nodes.end(), [](const NodeOffer& a, const NodeOffer& b) {
+        return a.free_gpus != b.free_gpus ? a.free_gpus > b.free_gpus : a.name < b.name;
+      });
+      uint32_t want = take[i];
+      std::vector<Slice> slices;
+      for (const auto& node : nodes) {
+        if (want == 0) break;
+        const uint32_t g = std::min(want, node.free_gpus);
+        slices.push_back({eligible[i].site, node.name, g, 0});
+        want -= g;
+      }
+      std::sort(slices.begin(), slices.end(),
+                [](const Slice& a, const Slice& b) { return a.node < b.node; });
+      for (auto& s : slices) {
+        s.first_rank = rank;
+        rank += s.gpus;
+        p.slices.push_back(s);
+      }
+      p.sites.push_back(eligible[i].site);
+      result.explanation.push_back(
+          {eligible[i].site, true, StrCat("used: ", take[i], " of ", eligible[i].free,
+                                          " matching free GPU(s)")});
+    }
+    result.placement = std::move(p);
+    result.summary = StrCat("placed on ", best->idx.size(), " site(s)");
+  } else {
+    result.summary = StrCat("cannot place ", job.gpus, " GPU(s) now");
+  }
+
+  std::set<std::string> used;
+  if (result.placement) used.insert(result.placement->sites.begin(), result.placement->sites.end());
+  for (const auto& e : eligible) {
+    if (used.contains(e.site)) continue;
+    std::string reason;
+    if (result.placement) {
+      reason = StrCat("eligible (", e.free, " free) but not in the best set");
+      if (job.min_link_gbps > 0) {
+        for (const auto& u : used) {
+          auto g = links(e.site, u);
+          if (!g) {
+            reason = StrCat("link to ", u, " unknown (min_link_gbps ", job.min_link_gbps, ")");
+          } else if (*g < job.min_link_gbps) {
+            reason = StrCat("link to ", u, " is ", *g, " Gbit/s, below min_link_gbps ",
+                            job.min_link_gbps);
+          }
+        }
+      }
+    } else {
+      reason = StrCat("eligible (", e.free, " free) but no feasible set of sites");
+    }
+    why_not[e.site] = reason;
+  }
+  for (const auto& [site, reason] : why_not) result.explanation.push_back({site, false, reason});
+  std::sort(result.explanation.begin(), result.explanation.end(),
+            [](const SiteExplanation& a, const SiteExplanation& b) { return a.site < b.site; });
+  if (!result.placement) {
+    uint64_t total = 0;
+    for (const auto& e : eligible) total += e.free;
+    result.summary += StrCat(": ", eligible.size(), " eligible site(s) with ", total,
+                             " matching free GPU(s)");
+    if (job.max_sites > 0) result.summary += StrCat(", max_sites ", job.max_sites);
+    if (job.min_link_gbps > 0) result.summary += StrCat(", min_link_gbps ", job.min_link_gbps);
+  }
+  return result;
+}
+
+}  // namespace fedgate::federation
