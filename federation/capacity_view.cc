@@ -80,4 +80,29 @@ v1::GetCapacityResponse BuildCapacityView(const std::string& self_site,
   return out;
 }
 
+std::vector<SiteOffer> BuildOffers(const std::string& self_site,
+                                   const std::vector<Node>& local_nodes,
+                                   const std::vector<StoredAd>& ads, int64_t now_ms) {
+  std::vector<SiteOffer> out;
+  SiteOffer local{self_site, true, {}};
+  for (const auto& n : local_nodes) {
+    local.nodes.push_back({n.name, n.gpu_model, n.gpu_memory_gib, n.gpus});
+  }
+  out.push_back(std::move(local));
+  for (const auto& stored : ads) {
+    const auto& ad = stored.ad;
+    if (ad.origin() == self_site || ad.withdrawn()) continue;
+    const int64_t interval = std::max<int64_t>(ad.interval_ms(), 1);
+    SiteOffer o{ad.origin(), now_ms - stored.received_at_ms <= kMissedIntervalsForDown * interval,
+                {}};
+    for (const auto& n : ad.nodes()) {
+      o.nodes.push_back({n.name(), n.gpu_model(), n.gpu_memory_gib(), n.free_gpus()});
+    }
+    out.push_back(std::move(o));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const SiteOffer& a, const SiteOffer& b) { return a.site < b.site; });
+  return out;
+}
+
 }  // namespace fedgate::federation

@@ -6,6 +6,7 @@
 
 #include "federation/ad_store.h"
 #include "federation/inventory.h"
+#include "federation/placement.h"
 #include "fedgate/v1/admin.pb.h"
 
 namespace fedgate::federation {
@@ -22,5 +23,11 @@ v1::CapacityAd MakeOwnAd(const std::string& site, const std::vector<Node>& nodes
 v1::GetCapacityResponse BuildCapacityView(const std::string& self_site,
                                           const std::vector<Node>& local_nodes,
                                           const std::vector<StoredAd>& ads, int64_t now_ms);
+
+// Per-node offers for placement: the local inventory and every fresh,
+// non-withdrawn ad; a silent origin is offered as down.
+std::vector<SiteOffer> BuildOffers(const std::string& self_site,
+                                   const std::vector<Node>& local_nodes,
+                                   const std::vector<StoredAd>& ads, int64_t now_ms);
 
 }  // namespace fedgate::federation

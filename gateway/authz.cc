@@ -33,6 +33,12 @@ absl::Status Decide(const Identity& caller, RpcClass cls, std::string_view feder
         return absl::PermissionDeniedError(fedgate::StrCat(who, " is not an admin of ", site));
       }
       return absl::OkStatus();
+    case RpcClass::kJob:
+      if (caller.role == Role::kUser || (caller.role == Role::kAdmin && caller.site == site)) {
+        return absl::OkStatus();
+      }
+      return absl::PermissionDeniedError(
+          fedgate::StrCat(who, " is neither a tenant's user nor an admin of ", site));
   }
   return absl::PermissionDeniedError("unknown RPC class");
 }
@@ -46,7 +52,9 @@ Authorizer::Authorizer(std::string federation, std::string site,
 
 absl::StatusOr<Identity> Authorizer::Authorize(const grpc::AuthContext& ctx, RpcClass cls,
                                                std::string_view method) const {
-  const char* cls_name = cls == RpcClass::kPeer ? "peer" : "admin";
+  const char* cls_name = cls == RpcClass::kPeer    ? "peer"
+                         : cls == RpcClass::kAdmin ? "admin"
+                                                   : "job";
   auto refuse = [&](const absl::Status& st, const char* reason) {
     metrics_->Inc("fedgate_authz_refusals_total", {{"rpc_class", cls_name}, {"reason", reason}});
     spdlog::warn("authz: refused {} call {}: {}", cls_name, method, std::string(st.message()));

@@ -15,10 +15,11 @@ namespace fedgate::gateway {
 
 class Metrics;
 
-enum class RpcClass { kPeer, kAdmin };
+enum class RpcClass { kPeer, kAdmin, kJob };
 
 // The pure decision: peer RPCs only from gateways of approved peer sites of
-// our federation; admin RPCs only from admins of this very site.
+// our federation; admin RPCs only from admins of this very site; job RPCs from
+// tenants' users and this site's admins.
 absl::Status Decide(const Identity& caller, RpcClass cls, std::string_view federation,
                     std::string_view site, const std::function<bool(std::string_view)>& approved);
 

@@ -3,9 +3,13 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <cmath>
+#include <set>
 
 #include "federation/str_cat.h"
 #include "federation/capacity_view.h"
+#include "federation/job_spec.h"
+#include "federation/placement.h"
 #include "gateway/metrics.h"
 #include "gateway/store.h"
 
@@ -41,6 +45,8 @@ GatewayCore::GatewayCore(const Config& config, const federation::Clock* clock, S
                      "Peer RPCs that passed authorization and reached their handler.");
   metrics_->Describe("fedgate_admin_rpc_handled_total", "counter",
                      "Admin RPCs that passed authorization and reached their handler.");
+  metrics_->Describe("fedgate_job_rpc_handled_total", "counter",
+                     "Job RPCs that passed authorization and reached their handler.");
   metrics_->Describe("fedgate_authz_refusals_total", "counter",
                      "Calls refused by per-call authorization.");
   metrics_->Describe("fedgate_peer_push_errors_total", "counter",
@@ -264,6 +270,46 @@ v1::ListLinksResponse GatewayCore::ListLinks() {
     v->set_method(l.method());
     v->set_streams(l.streams());
     v->set_age_seconds(std::max<double>(0, (now - l.measured_at_unix_ms()) / 1000.0));
+  }
+  return resp;
+}
+
+absl::StatusOr<v1::PlanResponse> GatewayCore::Plan(const v1::JobSpec& raw) {
+  std::lock_guard lock(mu_);
+  const int64_t now = clock_->NowMs();
+  const auto ads = ads_.Fresh();
+  const auto offers = federation::BuildOffers(config_.site, inventory_->Nodes(), ads, now);
+  std::set<std::string> models;
+  for (const auto& o : offers) {
+    for (const auto& n : o.nodes) models.insert(n.gpu_model);
+  }
+  if (auto st = federation::ValidateJobSpec(raw, models); !st.ok()) return st;
+  const v1::JobSpec spec = federation::WithDefaults(raw);
+  const federation::LinkMatrix links = LinksLocked();
+  auto result = federation::Place(
+      federation::ToJobRequest(spec), offers,
+      [&](const std::string& a, const std::string& b) { return links.PairGbps(a, b, now); });
+  v1::PlanResponse resp;
+  resp.set_summary(result.summary);
+  if (result.placement) {
+    const auto& p = *result.placement;
+    resp.set_placeable(true);
+    for (const auto& s : p.sites) resp.add_sites(s);
+    for (const auto& s : p.slices) {
+      auto* out = resp.add_slices();
+      out->set_site(s.site);
+      out->set_node(s.node);
+      out->set_gpus(s.gpus);
+      out->set_first_rank(s.first_rank);
+    }
+    resp.set_bottleneck_gbps(std::isfinite(p.bottleneck_gbps) ? p.bottleneck_gbps : 0);
+    resp.set_leftover_gpus(p.leftover_gpus);
+  }
+  for (const auto& e : result.explanation) {
+    auto* d = resp.add_explanation();
+    d->set_site(e.site);
+    d->set_used(e.used);
+    d->set_reason(e.reason);
   }
   return resp;
 }

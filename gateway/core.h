@@ -19,6 +19,7 @@
 #include "federation/peer_registry.h"
 #include "fedgate/v1/admin.pb.h"
 #include "fedgate/v1/federation.pb.h"
+#include "fedgate/v1/jobs.pb.h"
 #include "gateway/config.h"
 #include "gateway/identity.h"
 
@@ -49,6 +50,8 @@ class GatewayCore {
   absl::Status RemovePeer(const std::string& site);
   v1::GetCapacityResponse Capacity();
   v1::ListLinksResponse ListLinks();
+  // A dry run of placement for a spec against the current view.
+  absl::StatusOr<v1::PlanResponse> Plan(const v1::JobSpec& spec);
 
   // Records a link this site measured and re-advertises at once.
   void RecordLink(const v1::Link& link);

@@ -50,6 +50,7 @@ absl::Status Gateway::Start() {
                                                     bench_host_.get());
   admin_service_ = std::make_unique<AdminServiceImpl>(core_.get(), authz_.get(), metrics_.get(),
                                                       prober_.get());
+  job_service_ = std::make_unique<JobServiceImpl>(core_.get(), authz_.get(), metrics_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -64,6 +65,7 @@ absl::Status Gateway::Start() {
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(peer_service_.get());
   builder.RegisterService(admin_service_.get());
+  builder.RegisterService(job_service_.get());
   server_ = builder.BuildAndStart();
   if (!server_ || grpc_port_ == 0) {
     return absl::UnavailableError(fedgate::StrCat("listen.grpc: cannot listen on ",

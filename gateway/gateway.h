@@ -24,6 +24,7 @@ class OpsServer;
 class PeerLinks;
 class PeerServiceImpl;
 class AdminServiceImpl;
+class JobServiceImpl;
 class Store;
 class SystemClock;
 
@@ -49,6 +50,7 @@ class Gateway {
   std::unique_ptr<Authorizer> authz_;
   std::unique_ptr<PeerServiceImpl> peer_service_;
   std::unique_ptr<AdminServiceImpl> admin_service_;
+  std::unique_ptr<JobServiceImpl> job_service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<PeerLinks> links_;
   std::unique_ptr<BenchHost> bench_host_;

@@ -20,8 +20,9 @@ grpc::ServerUnaryReactor* Guarded(grpc::CallbackServerContext* ctx, const Author
     reactor->Finish(ToGrpc(caller.status()));
     return reactor;
   }
-  metrics->Inc(cls == RpcClass::kPeer ? "fedgate_peer_rpc_handled_total"
-                                      : "fedgate_admin_rpc_handled_total",
+  metrics->Inc(cls == RpcClass::kPeer    ? "fedgate_peer_rpc_handled_total"
+               : cls == RpcClass::kAdmin ? "fedgate_admin_rpc_handled_total"
+                                         : "fedgate_job_rpc_handled_total",
                {{"method", method}});
   reactor->Finish(ToGrpc(body(*caller)));
   return reactor;
@@ -135,6 +136,16 @@ grpc::ServerUnaryReactor* AdminServiceImpl::ProbeLink(grpc::CallbackServerContex
     reactor->Finish(ToGrpc(link.status()));
   });
   return reactor;
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::Plan(grpc::CallbackServerContext* ctx,
+                                               const v1::PlanRequest* req,
+                                               v1::PlanResponse* resp) {
+  return Guarded(ctx, authz_, metrics_, RpcClass::kJob, "Plan", [&](const Identity&) {
+    auto out = core_->Plan(req->spec());
+    if (out.ok()) *resp = std::move(*out);
+    return out.status();
+  });
 }
 
 }  // namespace fedgate::gateway

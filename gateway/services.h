@@ -3,6 +3,7 @@
 
 #include "fedgate/v1/admin.grpc.pb.h"
 #include "fedgate/v1/federation.grpc.pb.h"
+#include "fedgate/v1/jobs.grpc.pb.h"
 
 namespace fedgate::gateway {
 
@@ -61,6 +62,19 @@ class AdminServiceImpl final : public v1::AdminService::CallbackService {
   const Authorizer* authz_;
   Metrics* metrics_;
   Prober* prober_;
+};
+
+class JobServiceImpl final : public v1::JobService::CallbackService {
+ public:
+  JobServiceImpl(GatewayCore* core, const Authorizer* authz, Metrics* metrics)
+      : core_(core), authz_(authz), metrics_(metrics) {}
+  grpc::ServerUnaryReactor* Plan(grpc::CallbackServerContext* ctx, const v1::PlanRequest* req,
+                                 v1::PlanResponse* resp) override;
+
+ private:
+  GatewayCore* core_;
+  const Authorizer* authz_;
+  Metrics* metrics_;
 };
 
 }  // namespace fedgate::gateway

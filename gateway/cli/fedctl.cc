@@ -10,6 +10,8 @@
 #include "absl/strings/str_format.h"
 #include "federation/names.h"
 #include "fedgate/v1/admin.grpc.pb.h"
+#include "fedgate/v1/jobs.grpc.pb.h"
+#include "gateway/job_spec_yaml.h"
 #include "gateway/certs.h"
 #include "gateway/cli/output.h"
 #include "gateway/identity.h"
@@ -18,6 +20,7 @@
 namespace {
 
 using fedgate::cli::Format;
+namespace v1 = fedgate::v1;
 
 struct Globals {
   std::string gateway;
@@ -145,6 +148,29 @@ std::string LinksTable(const fedgate::v1::ListLinksResponse& resp) {
       {"FROM", "TO", "GBIT/S", "LATENCY MS", "METHOD", "STREAMS", "AGE"}, rows);
 }
 
+std::string PlanTable(const fedgate::v1::PlanResponse& resp) {
+  std::string out = resp.summary();
+  if (resp.placeable() && resp.sites_size() > 1) {
+    out += resp.bottleneck_gbps() > 0
+               ? absl::StrFormat("; slowest link %.4f Gbit/s", resp.bottleneck_gbps())
+               : std::string("; links between them not measured");
+  }
+  out += "\n\n";
+  if (resp.placeable()) {
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& s : resp.slices()) {
+      rows.push_back({absl::StrCat(s.first_rank(), "-", s.first_rank() + s.gpus() - 1), s.site(),
+                      s.node(), absl::StrCat(s.gpus())});
+    }
+    out += fedgate::cli::RenderTable({"RANKS", "SITE", "NODE", "GPUS"}, rows) + "\n";
+  }
+  std::vector<std::vector<std::string>> why;
+  for (const auto& e : resp.explanation()) {
+    why.push_back({e.site(), e.used() ? "yes" : "no", e.reason()});
+  }
+  return out + fedgate::cli::RenderTable({"SITE", "USED", "WHY"}, why);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -198,6 +224,13 @@ int main(int argc, char** argv) {
   std::string probe_site;
   auto* links_probe = links->add_subcommand("probe", "measure the link from this site to SITE now");
   links_probe->add_option("site", probe_site, "peer site")->required();
+
+  auto* jobs = app.add_subcommand("jobs", "federated jobs (so far: plan, a placement dry run)");
+  jobs->require_subcommand(1);
+  std::string spec_file;
+  auto* jobs_plan = jobs->add_subcommand("plan", "where a job spec would run now, and why");
+  jobs_plan->add_option("-f,--file", spec_file, "job spec, YAML or JSON ('-' reads stdin)")
+      ->required();
 
   try {
     app.parse(argc, argv);
@@ -253,6 +286,22 @@ int main(int argc, char** argv) {
     return 0;
   }
 
+  v1::JobSpec spec_in;
+  if (jobs_plan->parsed()) {
+    // Read and check the spec before dialing anything.
+    std::string text;
+    if (spec_file == "-") {
+      text.assign(std::istreambuf_iterator<char>(std::cin), {});
+    } else {
+      auto t = fedgate::gateway::ReadFile(spec_file);
+      if (!t.ok()) Die(std::string(t.status().message()), 2);
+      text = *t;
+    }
+    auto parsed = fedgate::gateway::ParseJobSpec(text, spec_file == "-" ? "stdin" : spec_file);
+    if (!parsed.ok()) Die(std::string(parsed.status().message()), 2);
+    spec_in = *parsed;
+  }
+
   auto channel = Connect(g);
   auto admin = fedgate::v1::AdminService::NewStub(channel);
   if (peers_list->parsed()) {
@@ -280,6 +329,15 @@ int main(int argc, char** argv) {
     fedgate::v1::RemovePeerResponse resp;
     CheckRpc(admin->RemovePeer(&ctx, req, &resp), g, "peers remove");
     Print(resp, fmt, fedgate::StrCat("removed peer ", peer_site, "\n"));
+  } else if (jobs_plan->parsed()) {
+    auto stub = fedgate::v1::JobService::NewStub(channel);
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    fedgate::v1::PlanRequest req;
+    *req.mutable_spec() = spec_in;
+    fedgate::v1::PlanResponse resp;
+    CheckRpc(stub->Plan(&ctx, req, &resp), g, "jobs plan");
+    Print(resp, fmt, PlanTable(resp));
   } else if (links_probe->parsed()) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(5));

@@ -1,0 +1,70 @@
+#include "federation/job_spec.h"
+
+#include <cmath>
+
+#include "federation/duration.h"
+#include "federation/names.h"
+#include "federation/str_cat.h"
+
+namespace fedgate::federation {
+
+absl::Status ValidateJobSpec(const v1::JobSpec& spec, const std::set<std::string>& known_models) {
+  auto bad = [](auto&&... parts) { return absl::InvalidArgumentError(StrCat(parts...)); };
+  if (spec.gpus() == 0) return bad("gpus must be > 0");
+  if (spec.gpus() > 100000) return bad("gpus must be at most 100000, got ", spec.gpus());
+  for (const auto& m : spec.gpu_models()) {
+    if (m.empty()) return bad("gpu_models: empty model name");
+    if (!known_models.empty() && !known_models.contains(m)) {
+      std::string known;
+      for (const auto& k : known_models) known += (known.empty() ? "" : ", ") + k;
+      return bad("unknown gpu model \"", m, "\" (the federation has: ", known, ")");
+    }
+  }
+  if (!std::isfinite(spec.min_link_gbps()) || spec.min_link_gbps() < 0) {
+    return bad("min_link_gbps must be >= 0, got ", spec.min_link_gbps());
+  }
+  if (spec.min_gpus_per_site() > spec.gpus()) {
+    return bad("min_gpus_per_site ", spec.min_gpus_per_site(), " is more than gpus ", spec.gpus());
+  }
+  for (const auto* list : {&spec.allowed_sites(), &spec.avoided_sites()}) {
+    for (const auto& s : *list) {
+      if (!IsValidName(s)) return bad("invalid site name \"", s, "\" in allowed/avoided_sites");
+    }
+  }
+  if (!spec.priority().empty() && spec.priority() != "guaranteed" && spec.priority() != "spot") {
+    return bad("priority must be guaranteed or spot, got \"", spec.priority(), "\"");
+  }
+  if (!spec.estimated_duration().empty()) {
+    auto d = ParseDurationMs(spec.estimated_duration());
+    if (!d.ok()) return bad("estimated_duration: ", d.status().message());
+    if (*d <= 0) return bad("estimated_duration must be > 0");
+  }
+  if (spec.command().empty() || spec.command(0).empty()) return bad("command is required");
+  for (const auto& [k, v] : spec.env()) {
+    if (k.empty() || k.find('=') != std::string::npos) return bad("env: invalid name \"", k, "\"");
+  }
+  return absl::OkStatus();
+}
+
+v1::JobSpec WithDefaults(v1::JobSpec spec) {
+  if (spec.priority().empty()) spec.set_priority("guaranteed");
+  if (spec.estimated_duration().empty()) spec.set_estimated_duration("1h");
+  if (spec.max_attempts() == 0) spec.set_max_attempts(3);
+  if (spec.min_gpus_per_site() == 0) spec.set_min_gpus_per_site(1);
+  return spec;
+}
+
+JobRequest ToJobRequest(const v1::JobSpec& spec) {
+  JobRequest r;
+  r.gpus = spec.gpus();
+  r.gpu_models.assign(spec.gpu_models().begin(), spec.gpu_models().end());
+  r.min_gpu_memory_gib = spec.min_gpu_memory_gib();
+  r.max_sites = spec.max_sites();
+  r.min_gpus_per_site = std::max<uint32_t>(1, spec.min_gpus_per_site());
+  r.min_link_gbps = spec.min_link_gbps();
+  r.allowed_sites.assign(spec.allowed_sites().begin(), spec.allowed_sites().end());
+  r.avoided_sites.assign(spec.avoided_sites().begin(), spec.avoided_sites().end());
+  return r;
+}
+
+}  // namespace fedgate::federation
