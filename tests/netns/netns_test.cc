@@ -10,6 +10,7 @@
 #include <map>
 #include <sstream>
 
+#include "fedgate/v1/jobs.pb.h"
 #include "tests/support/harness.h"
 #include "transport/bandwidth.h"
 
@@ -123,6 +124,18 @@ class NetnsFederation : public ::testing::Test {
     return out;
   }
 
+  // The sites a two-site, 6-GPU job would land on, asked at site-c.
+  std::vector<std::string> PlanSites() {
+    WriteText(dir_ / "job.yaml", "name: two-sites\ngpus: 6\ncommand: [true]\n");
+    auto r = Fedctl("c", "jobs plan -f " + dir_ / "job.yaml" + " -o json");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    v1::PlanResponse plan;
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(r.out, &plan).ok()) << r.out;
+    std::printf("[ measure ] plan: %s -> %s\n", plan.summary().c_str(),
+                plan.sites_size() == 2 ? (plan.sites(0) + "+" + plan.sites(1)).c_str() : "?");
+    return {plan.sites().begin(), plan.sites().end()};
+  }
+
   double Probe(const std::string& from, const std::string& to) {
     auto r = Fedctl(from, "links probe " + Site(to) + " -o json");
     EXPECT_EQ(r.exit_code, 0) << r.err << ReadText(dir_ / (Site(from) + "/fedgate.log"));
@@ -180,6 +193,8 @@ TEST_F(NetnsFederation, ProbedLinksMatchTheShapedRatesAndFollowAReshape) {
                bc = m[{"site-b", "site-c"}];
   EXPECT_GT(ab, ac);
   EXPECT_GT(ac, bc);
+  // Each site has 4 GPUs: a 6-GPU job needs two, and takes the fastest pair.
+  EXPECT_EQ(PlanSites(), (std::vector<std::string>{"site-a", "site-b"}));
 
   // Reshape a-b down to 20 Mbit/s and re-probe: the matrix follows.
   Shape(pairs_[0], 20, "change");
@@ -192,6 +207,8 @@ TEST_F(NetnsFederation, ProbedLinksMatchTheShapedRatesAndFollowAReshape) {
         return now_ab > 0 && now_ab < 0.03;
       },
       10000, 200));
+  // The next two-site job avoids the degraded a-b link: a-c (100) beats b-c (40).
+  EXPECT_EQ(PlanSites(), (std::vector<std::string>{"site-a", "site-c"}));
 }
 
 }  // namespace
