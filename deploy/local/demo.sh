@@ -79,6 +79,7 @@ $nodes
 peers:
 $peers
 advertise: {interval: 1s, ttl: 5s}
+bench: {probe_interval: 10m, probe_duration: 1s}
 executor: {kind: process}
 YAML
 }
@@ -133,5 +134,33 @@ for s in "${SITES[@]}"; do
 done
 say "fedctl peers list, as seen from cn-shanghai"
 fedctl_as cn-shanghai peers list
+
+say "Waiting for the link probes each gateway runs when a peer comes up"
+deadline=$(( $(date +%s) + 60 ))
+while :; do
+  done_all=1
+  for s in "${SITES[@]}"; do
+    n=$(fedctl_as "$s" -o json links 2>/dev/null | grep -o '"from"' | wc -l || true)
+    [ "$n" -ge 4 ] || done_all=0
+  done
+  [ $done_all = 1 ] && break
+  if [ "$(date +%s)" -ge $deadline ]; then echo "links not measured after 60s" >&2; exit 1; fi
+  sleep 0.5
+done
+for s in "${SITES[@]}"; do
+  say "fedctl links (the measured bandwidth matrix; loopback here), as seen from $s"
+  fedctl_as "$s" links
+done
+
+say "fedctl jobs plan: where would a 12-GPU A100 job run? (asked at cn-shenzhen, which has none)"
+cat >"$WORK/job.yaml" <<YAML
+name: finetune-7b
+gpus: 12
+gpu_models: [A100-80GB]
+command: [python3, train.py]
+YAML
+cat "$WORK/job.yaml"
+echo
+fedctl_as cn-shenzhen jobs plan -f "$WORK/job.yaml"
 
 say "Demo done"
