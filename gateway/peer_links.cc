@@ -82,13 +82,7 @@ void PeerLinks::Shutdown(int64_t flush_ms) {
 
 void PeerLinks::Run(Link* link) {
   const Config& cfg = core_->config();
-  const std::string expected = Identity{cfg.federation, Role::kGateway, link->site, "", ""}.ToUri();
-  auto creds = MakeChannelCredentials(provider_, [expected](const Identity& id) {
-    if (id.ToUri() != expected) {
-      return absl::PermissionDeniedError(fedgate::StrCat("want ", expected, ", got ", id.ToUri()));
-    }
-    return absl::OkStatus();
-  });
+  auto creds = MakePeerGatewayCredentials(provider_, cfg.federation, link->site);
   auto channel = grpc::CreateCustomChannel(link->endpoint, creds, DefaultChannelArgs());
   auto stub = v1::PeerService::NewStub(channel);
 

@@ -129,13 +129,7 @@ absl::StatusOr<v1::Link> Prober::Probe(const std::string& site) {
   if (endpoint.empty()) {
     return absl::NotFoundError(StrCat("\"", site, "\" is not an approved peer"));
   }
-  const std::string expected =
-      Identity{cfg.federation, Role::kGateway, site, "", ""}.ToUri();
-  auto creds = MakeChannelCredentials(provider_, [expected](const Identity& id) {
-    return id.ToUri() == expected
-               ? absl::OkStatus()
-               : absl::PermissionDeniedError(StrCat("want ", expected, ", got ", id.ToUri()));
-  });
+  auto creds = MakePeerGatewayCredentials(provider_, cfg.federation, site);
   auto stub = v1::PeerService::NewStub(
       grpc::CreateCustomChannel(endpoint, creds, DefaultChannelArgs()));
   grpc::ClientContext ctx;

@@ -66,6 +66,19 @@ std::shared_ptr<grpc::ChannelCredentials> MakeChannelCredentials(
   return grpc::experimental::TlsCredentials(opts);
 }
 
+std::shared_ptr<grpc::ChannelCredentials> MakePeerGatewayCredentials(
+    std::shared_ptr<gx::CertificateProviderInterface> provider, const std::string& federation,
+    const std::string& site) {
+  const std::string expected = Identity{federation, Role::kGateway, site, "", ""}.ToUri();
+  return MakeChannelCredentials(std::move(provider), [expected](const Identity& id) {
+    if (id.ToUri() != expected) {
+      return absl::PermissionDeniedError(
+          fedgate::StrCat("want ", expected, ", got ", id.ToUri()));
+    }
+    return absl::OkStatus();
+  });
+}
+
 std::shared_ptr<gx::CertificateProviderInterface> MakeStaticProvider(const std::string& ca_pem,
                                                                      const std::string& cert_pem,
                                                                      const std::string& key_pem) {

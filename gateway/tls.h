@@ -30,6 +30,12 @@ using ServerCheck = std::function<absl::Status(const Identity&)>;
 std::shared_ptr<grpc::ChannelCredentials> MakeChannelCredentials(
     std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider, ServerCheck check);
 
+// Credentials for dialing a peer: the server must be exactly the gateway of
+// `site` in `federation`.
+std::shared_ptr<grpc::ChannelCredentials> MakePeerGatewayCredentials(
+    std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider,
+    const std::string& federation, const std::string& site);
+
 std::shared_ptr<grpc::experimental::CertificateProviderInterface> MakeStaticProvider(
     const std::string& ca_pem, const std::string& cert_pem, const std::string& key_pem);
 
