@@ -10,6 +10,8 @@
 #include "gateway/bench_host.h"
 #include "gateway/prober.h"
 #include "gateway/core.h"
+#include "gateway/job_manager.h"
+#include "gateway/job_store.h"
 #include "gateway/metrics.h"
 #include "gateway/ops_server.h"
 #include "gateway/peer_links.h"
@@ -50,7 +52,18 @@ absl::Status Gateway::Start() {
                                                     bench_host_.get());
   admin_service_ = std::make_unique<AdminServiceImpl>(core_.get(), authz_.get(), metrics_.get(),
                                                       prober_.get());
-  job_service_ = std::make_unique<JobServiceImpl>(core_.get(), authz_.get(), metrics_.get());
+  // FEDGATE_BENCH_NO_STORE=1 is the no-store baseline of the submit benchmark.
+  const char* no_store = std::getenv("FEDGATE_BENCH_NO_STORE");
+  if (no_store == nullptr || std::string(no_store) != "1") {
+    auto js = JobStore::Open(config_.data_dir + "/fedgate.db");
+    if (!js.ok()) return js.status();
+    job_store_ = std::move(*js);
+  } else {
+    spdlog::warn("FEDGATE_BENCH_NO_STORE=1: jobs are kept in memory only (benchmark baseline)");
+  }
+  job_manager_ = std::make_unique<JobManager>(core_.get(), job_store_.get());
+  job_service_ = std::make_unique<JobServiceImpl>(core_.get(), job_manager_.get(), authz_.get(),
+                                                  metrics_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -25,6 +25,8 @@ class PeerLinks;
 class PeerServiceImpl;
 class AdminServiceImpl;
 class JobServiceImpl;
+class JobManager;
+class JobStore;
 class Store;
 class SystemClock;
 
@@ -50,6 +52,8 @@ class Gateway {
   std::unique_ptr<Authorizer> authz_;
   std::unique_ptr<PeerServiceImpl> peer_service_;
   std::unique_ptr<AdminServiceImpl> admin_service_;
+  std::unique_ptr<JobStore> job_store_;
+  std::unique_ptr<JobManager> job_manager_;
   std::unique_ptr<JobServiceImpl> job_service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<PeerLinks> links_;

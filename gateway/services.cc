@@ -4,6 +4,7 @@
 #include "gateway/bench_host.h"
 #include "federation/str_cat.h"
 #include "gateway/core.h"
+#include "gateway/job_manager.h"
 #include "gateway/metrics.h"
 #include "gateway/prober.h"
 
@@ -147,5 +148,22 @@ grpc::ServerUnaryReactor* JobServiceImpl::Plan(grpc::CallbackServerContext* ctx,
     return out.status();
   });
 }
+
+#define FEDGATE_JOB_RPC(Method, Req, Resp)                                              \
+  grpc::ServerUnaryReactor* JobServiceImpl::Method(grpc::CallbackServerContext* ctx,      \
+                                                   const v1::Req* req, v1::Resp* resp) {  \
+    return Guarded(ctx, authz_, metrics_, RpcClass::kJob, #Method,                        \
+                   [&](const Identity& id) {                                              \
+                     auto out = jobs_->Method(id, *req);                                  \
+                     if (out.ok()) *resp = std::move(*out);                               \
+                     return out.status();                                                 \
+                   });                                                                    \
+  }
+
+FEDGATE_JOB_RPC(Submit, SubmitJobRequest, SubmitJobResponse)
+FEDGATE_JOB_RPC(Get, GetJobRequest, GetJobResponse)
+FEDGATE_JOB_RPC(List, ListJobsRequest, ListJobsResponse)
+FEDGATE_JOB_RPC(Cancel, CancelJobRequest, CancelJobResponse)
+#undef FEDGATE_JOB_RPC
 
 }  // namespace fedgate::gateway

@@ -64,15 +64,28 @@ class AdminServiceImpl final : public v1::AdminService::CallbackService {
   Prober* prober_;
 };
 
+class JobManager;
+
 class JobServiceImpl final : public v1::JobService::CallbackService {
  public:
-  JobServiceImpl(GatewayCore* core, const Authorizer* authz, Metrics* metrics)
-      : core_(core), authz_(authz), metrics_(metrics) {}
+  JobServiceImpl(GatewayCore* core, JobManager* jobs, const Authorizer* authz, Metrics* metrics)
+      : core_(core), jobs_(jobs), authz_(authz), metrics_(metrics) {}
   grpc::ServerUnaryReactor* Plan(grpc::CallbackServerContext* ctx, const v1::PlanRequest* req,
                                  v1::PlanResponse* resp) override;
+  grpc::ServerUnaryReactor* Submit(grpc::CallbackServerContext* ctx,
+                                   const v1::SubmitJobRequest* req,
+                                   v1::SubmitJobResponse* resp) override;
+  grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* ctx, const v1::GetJobRequest* req,
+                                v1::GetJobResponse* resp) override;
+  grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* ctx, const v1::ListJobsRequest* req,
+                                 v1::ListJobsResponse* resp) override;
+  grpc::ServerUnaryReactor* Cancel(grpc::CallbackServerContext* ctx,
+                                   const v1::CancelJobRequest* req,
+                                   v1::CancelJobResponse* resp) override;
 
  private:
   GatewayCore* core_;
+  JobManager* jobs_;
   const Authorizer* authz_;
   Metrics* metrics_;
 };

@@ -15,6 +15,15 @@ const char* const kMigrations[] = {
     "CREATE TABLE peers (site TEXT PRIMARY KEY, endpoint TEXT NOT NULL,"
     "                    added_at_unix_ms INTEGER NOT NULL);"
     "CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
+    // 2: jobs; (tenant, idempotency_key) is unique so a retried submit finds
+    // the first one instead of making a second job.
+    "CREATE TABLE jobs (id TEXT PRIMARY KEY, tenant TEXT NOT NULL,"
+    "                   idempotency_key TEXT, name TEXT NOT NULL, spec BLOB NOT NULL,"
+    "                   state TEXT NOT NULL, attempt INTEGER NOT NULL, reason TEXT NOT NULL,"
+    "                   created_at_unix_ms INTEGER NOT NULL, updated_at_unix_ms INTEGER NOT NULL);"
+    "CREATE UNIQUE INDEX jobs_idempotency ON jobs(tenant, idempotency_key)"
+    "  WHERE idempotency_key IS NOT NULL;"
+    "CREATE INDEX jobs_by_tenant ON jobs(tenant, id);",
 };
 
 class Stmt {

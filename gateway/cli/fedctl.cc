@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <thread>
 
 #include "federation/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -12,6 +13,7 @@
 #include "fedgate/v1/admin.grpc.pb.h"
 #include "fedgate/v1/jobs.grpc.pb.h"
 #include "gateway/job_spec_yaml.h"
+#include "gateway/bench_host.h"
 #include "gateway/certs.h"
 #include "gateway/cli/output.h"
 #include "gateway/identity.h"
@@ -171,6 +173,15 @@ std::string PlanTable(const fedgate::v1::PlanResponse& resp) {
   return out + fedgate::cli::RenderTable({"SITE", "USED", "WHY"}, why);
 }
 
+std::string JobTable(const fedgate::v1::Job& j) {
+  std::string out = absl::StrFormat("job %s (%s) of tenant %s: %s, attempt %u\n  %s\n", j.id(),
+                                    j.name(), j.tenant(), j.state(), j.attempt(), j.reason());
+  if (j.has_placement() && j.placement().explanation_size() > 0) {
+    out += "\n" + PlanTable(j.placement());
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -225,12 +236,23 @@ int main(int argc, char** argv) {
   auto* links_probe = links->add_subcommand("probe", "measure the link from this site to SITE now");
   links_probe->add_option("site", probe_site, "peer site")->required();
 
-  auto* jobs = app.add_subcommand("jobs", "federated jobs (so far: plan, a placement dry run)");
+  auto* jobs = app.add_subcommand("jobs", "federated jobs");
   jobs->require_subcommand(1);
-  std::string spec_file;
+  std::string spec_file, idem_key, job_id, state_filter;
   auto* jobs_plan = jobs->add_subcommand("plan", "where a job spec would run now, and why");
   jobs_plan->add_option("-f,--file", spec_file, "job spec, YAML or JSON ('-' reads stdin)")
       ->required();
+  auto* jobs_submit = jobs->add_subcommand("submit", "queue a job (durable when this returns)");
+  jobs_submit->add_option("-f,--file", spec_file, "job spec, YAML or JSON ('-' reads stdin)")
+      ->required();
+  jobs_submit->add_option("--idempotency-key", idem_key,
+                          "the same key returns the same job (default: a fresh one)");
+  auto* jobs_get = jobs->add_subcommand("get", "one job, with its placement explanation");
+  jobs_get->add_option("id", job_id, "job id")->required();
+  auto* jobs_list = jobs->add_subcommand("list", "jobs you may see");
+  jobs_list->add_option("--state", state_filter, "only jobs in this state");
+  auto* jobs_cancel = jobs->add_subcommand("cancel", "cancel a job that has not ended");
+  jobs_cancel->add_option("id", job_id, "job id")->required();
 
   try {
     app.parse(argc, argv);
@@ -287,7 +309,7 @@ int main(int argc, char** argv) {
   }
 
   v1::JobSpec spec_in;
-  if (jobs_plan->parsed()) {
+  if (jobs_plan->parsed() || jobs_submit->parsed()) {
     // Read and check the spec before dialing anything.
     std::string text;
     if (spec_file == "-") {
@@ -329,6 +351,65 @@ int main(int argc, char** argv) {
     fedgate::v1::RemovePeerResponse resp;
     CheckRpc(admin->RemovePeer(&ctx, req, &resp), g, "peers remove");
     Print(resp, fmt, fedgate::StrCat("removed peer ", peer_site, "\n"));
+  } else if (jobs_submit->parsed()) {
+    auto stub = fedgate::v1::JobService::NewStub(channel);
+    fedgate::v1::SubmitJobRequest req;
+    *req.mutable_spec() = spec_in;
+    req.set_idempotency_key(idem_key.empty() ? fedgate::gateway::RandomToken() : idem_key);
+    fedgate::v1::SubmitJobResponse resp;
+    // Retrying with the same key is safe: it can never make a second job.
+    grpc::Status st;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      grpc::ClientContext ctx;
+      SetDeadline(&ctx);
+      st = stub->Submit(&ctx, req, &resp);
+      if (st.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(500 << attempt));
+    }
+    CheckRpc(st, g, "jobs submit");
+    Print(resp, fmt, JobTable(resp.job()));
+  } else if (jobs_get->parsed() || jobs_cancel->parsed()) {
+    auto stub = fedgate::v1::JobService::NewStub(channel);
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    if (jobs_get->parsed()) {
+      fedgate::v1::GetJobRequest req;
+      req.set_id(job_id);
+      fedgate::v1::GetJobResponse resp;
+      CheckRpc(stub->Get(&ctx, req, &resp), g, "jobs get");
+      Print(resp, fmt, JobTable(resp.job()));
+    } else {
+      fedgate::v1::CancelJobRequest req;
+      req.set_id(job_id);
+      fedgate::v1::CancelJobResponse resp;
+      CheckRpc(stub->Cancel(&ctx, req, &resp), g, "jobs cancel");
+      Print(resp, fmt, JobTable(resp.job()));
+    }
+  } else if (jobs_list->parsed()) {
+    auto stub = fedgate::v1::JobService::NewStub(channel);
+    fedgate::v1::ListJobsResponse all;
+    std::string token;
+    do {
+      grpc::ClientContext ctx;
+      SetDeadline(&ctx);
+      fedgate::v1::ListJobsRequest req;
+      req.set_state(state_filter);
+      req.set_page_token(token);
+      req.set_page_size(500);
+      fedgate::v1::ListJobsResponse page;
+      CheckRpc(stub->List(&ctx, req, &page), g, "jobs list");
+      for (auto& j : *page.mutable_jobs()) *all.add_jobs() = std::move(j);
+      token = page.next_page_token();
+    } while (!token.empty());
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& j : all.jobs()) {
+      rows.push_back({j.id(), j.name(), j.tenant(), j.state(), absl::StrCat(j.spec().gpus()),
+                      j.reason()});
+    }
+    Print(all, fmt,
+          rows.empty() ? std::string("no jobs\n")
+                       : fedgate::cli::RenderTable({"ID", "NAME", "TENANT", "STATE", "GPUS", "REASON"},
+                                                   rows));
   } else if (jobs_plan->parsed()) {
     auto stub = fedgate::v1::JobService::NewStub(channel);
     grpc::ClientContext ctx;

@@ -1,0 +1,145 @@
+#include "gateway/job_manager.h"
+
+#include <spdlog/spdlog.h>
+
+#include "federation/job_spec.h"
+#include "federation/str_cat.h"
+#include "gateway/core.h"
+
+namespace fedgate::gateway {
+
+namespace {
+bool Terminal(const std::string& state) {
+  return state == "SUCCEEDED" || state == "FAILED" || state == "CANCELLED";
+}
+}  // namespace
+
+JobManager::JobManager(GatewayCore* core, JobStore* store) : core_(core), store_(store) {}
+
+v1::Job JobManager::ToProto(const JobRecord& r, bool with_plan) {
+  v1::Job j;
+  j.set_id(r.id);
+  j.set_name(r.spec.name());
+  j.set_tenant(r.tenant);
+  j.set_state(r.state);
+  j.set_attempt(r.attempt);
+  j.set_reason(r.reason);
+  *j.mutable_spec() = r.spec;
+  j.set_created_at_unix_ms(r.created_at_unix_ms);
+  j.set_updated_at_unix_ms(r.updated_at_unix_ms);
+  if (with_plan && r.state == "PENDING") {
+    auto plan = core_->Plan(r.spec);
+    if (plan.ok()) {
+      *j.mutable_placement() = *plan;
+      j.set_reason(plan->placeable()
+                       ? StrCat("queued; placeable now (", plan->summary(),
+                                "); running jobs across sites is not built yet")
+                       : StrCat("waiting for capacity: ", plan->summary()));
+    }
+  }
+  return j;
+}
+
+absl::StatusOr<v1::SubmitJobResponse> JobManager::Submit(const Identity& caller,
+                                                         const v1::SubmitJobRequest& req) {
+  if (caller.role != Role::kUser) {
+    return absl::PermissionDeniedError(
+        StrCat(caller.ToUri(), " cannot submit: jobs are submitted by tenants' users"));
+  }
+  if (req.idempotency_key().size() > 200) {
+    return absl::InvalidArgumentError("idempotency_key longer than 200 characters");
+  }
+  // Validate against the federation's models before anything is stored.
+  auto plan = core_->Plan(req.spec());
+  if (!plan.ok()) return plan.status();
+  JobRecord r;
+  r.id = NewJobId();
+  r.tenant = caller.tenant;
+  r.idempotency_key = req.idempotency_key();
+  r.spec = federation::WithDefaults(req.spec());
+  r.state = "PENDING";
+  r.reason = plan->summary();
+  r.created_at_unix_ms = r.updated_at_unix_ms = core_->clock()->NowMs();
+  SubmitOutcome out;
+  if (store_ == nullptr) {
+    std::lock_guard lock(mem_mu_);
+    mem_[r.id] = r;
+    out = {r, true};
+  } else {
+    auto stored = store_->Submit(r);
+    if (!stored.ok()) return stored.status();
+    out = *stored;
+  }
+  if (out.created) spdlog::info("job {} of tenant {} queued ({} GPUs)", out.job.id, r.tenant,
+                                r.spec.gpus());
+  v1::SubmitJobResponse resp;
+  *resp.mutable_job() = ToProto(out.job, false);
+  resp.set_created(out.created);
+  return resp;
+}
+
+absl::StatusOr<JobRecord> JobManager::Load(const Identity& caller, const std::string& id) {
+  std::optional<JobRecord> r;
+  if (store_ == nullptr) {
+    std::lock_guard lock(mem_mu_);
+    auto it = mem_.find(id);
+    if (it != mem_.end()) r = it->second;
+  } else {
+    auto got = store_->Get(id);
+    if (!got.ok()) return got.status();
+    r = *got;
+  }
+  // Another tenant's job is reported as absent, not as forbidden.
+  if (!r || (caller.role == Role::kUser && r->tenant != caller.tenant)) {
+    return absl::NotFoundError(StrCat("no job \"", id, "\""));
+  }
+  return *r;
+}
+
+absl::StatusOr<v1::GetJobResponse> JobManager::Get(const Identity& caller,
+                                                   const v1::GetJobRequest& req) {
+  auto r = Load(caller, req.id());
+  if (!r.ok()) return r.status();
+  v1::GetJobResponse resp;
+  *resp.mutable_job() = ToProto(*r, true);
+  return resp;
+}
+
+absl::StatusOr<v1::ListJobsResponse> JobManager::List(const Identity& caller,
+                                                      const v1::ListJobsRequest& req) {
+  if (store_ == nullptr) return absl::UnimplementedError("no store in the benchmark baseline");
+  const int limit = req.page_size() == 0 ? 100 : static_cast<int>(std::min(req.page_size(), 1000u));
+  const std::string tenant = caller.role == Role::kUser ? caller.tenant : "";
+  auto rows = store_->List(tenant, req.state(), req.page_token(), limit + 1);
+  if (!rows.ok()) return rows.status();
+  v1::ListJobsResponse resp;
+  for (int i = 0; i < static_cast<int>(rows->size()) && i < limit; ++i) {
+    *resp.add_jobs() = ToProto((*rows)[i], false);
+  }
+  if (static_cast<int>(rows->size()) > limit) resp.set_next_page_token((*rows)[limit - 1].id);
+  return resp;
+}
+
+absl::StatusOr<v1::CancelJobResponse> JobManager::Cancel(const Identity& caller,
+                                                         const v1::CancelJobRequest& req) {
+  auto r = Load(caller, req.id());
+  if (!r.ok()) return r.status();
+  if (Terminal(r->state)) {
+    return absl::FailedPreconditionError(
+        StrCat("job ", r->id, " already ended (", r->state, ")"));
+  }
+  const std::string reason = StrCat("cancelled by ", caller.ToUri());
+  const int64_t now = core_->clock()->NowMs();
+  if (store_ != nullptr) {
+    if (auto st = store_->Update(r->id, "CANCELLED", reason, now); !st.ok()) return st;
+  }
+  r->state = "CANCELLED";
+  r->reason = reason;
+  r->updated_at_unix_ms = now;
+  spdlog::info("job {} {}", r->id, reason);
+  v1::CancelJobResponse resp;
+  *resp.mutable_job() = ToProto(*r, false);
+  return resp;
+}
+
+}  // namespace fedgate::gateway

@@ -1,0 +1,43 @@
+// The coordinator's job API: submit (durable, idempotent), get, list, cancel.
+// Tenants come from the caller's identity. Jobs are queued and explained;
+// reserving and running them across sites is not built yet.
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "fedgate/v1/jobs.pb.h"
+#include "gateway/identity.h"
+#include "gateway/job_store.h"
+
+namespace fedgate::gateway {
+
+class GatewayCore;
+
+class JobManager {
+ public:
+  // `store` may be null only for the no-store benchmark baseline
+  // (FEDGATE_BENCH_NO_STORE=1): jobs then live in memory and are lost.
+  JobManager(GatewayCore* core, JobStore* store);
+
+  absl::StatusOr<v1::SubmitJobResponse> Submit(const Identity& caller,
+                                               const v1::SubmitJobRequest& req);
+  absl::StatusOr<v1::GetJobResponse> Get(const Identity& caller, const v1::GetJobRequest& req);
+  absl::StatusOr<v1::ListJobsResponse> List(const Identity& caller,
+                                            const v1::ListJobsRequest& req);
+  absl::StatusOr<v1::CancelJobResponse> Cancel(const Identity& caller,
+                                               const v1::CancelJobRequest& req);
+
+ private:
+  absl::StatusOr<JobRecord> Load(const Identity& caller, const std::string& id);
+  v1::Job ToProto(const JobRecord& r, bool with_plan);
+
+  GatewayCore* core_;
+  JobStore* store_;
+  std::mutex mem_mu_;  // the no-store baseline only
+  std::map<std::string, JobRecord> mem_;
+};
+
+}  // namespace fedgate::gateway

@@ -1,0 +1,251 @@
+#include "gateway/job_store.h"
+
+#include <openssl/rand.h>
+#include <sqlite3.h>
+
+#include <algorithm>
+
+#include "federation/str_cat.h"
+
+namespace fedgate::gateway {
+namespace {
+
+constexpr size_t kMaxBatch = 512;
+
+absl::Status SqlError(sqlite3* db, std::string_view what) {
+  return absl::InternalError(StrCat("store: ", what, ": ", sqlite3_errmsg(db)));
+}
+
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) { sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
+  ~Stmt() { sqlite3_finalize(s_); }
+  sqlite3_stmt* get() { return s_; }
+  bool ok() const { return s_ != nullptr; }
+  void Text(int i, const std::string& v) {
+    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+  }
+  void Blob(int i, const std::string& v) {
+    sqlite3_bind_blob(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+  }
+  void Int(int i, int64_t v) { sqlite3_bind_int64(s_, i, v); }
+  void Null(int i) { sqlite3_bind_null(s_, i); }
+
+ private:
+  sqlite3_stmt* s_ = nullptr;
+};
+
+std::string ColText(sqlite3_stmt* s, int i) {
+  const auto* t = sqlite3_column_text(s, i);
+  return t ? std::string(reinterpret_cast<const char*>(t), sqlite3_column_bytes(s, i)) : "";
+}
+
+constexpr const char* kColumns =
+    "id, tenant, idempotency_key, spec, state, attempt, reason, created_at_unix_ms, "
+    "updated_at_unix_ms";
+
+JobRecord Row(sqlite3_stmt* s) {
+  JobRecord r;
+  r.id = ColText(s, 0);
+  r.tenant = ColText(s, 1);
+  r.idempotency_key = ColText(s, 2);
+  const void* blob = sqlite3_column_blob(s, 3);
+  r.spec.ParseFromArray(blob, sqlite3_column_bytes(s, 3));
+  r.state = ColText(s, 4);
+  r.attempt = static_cast<uint32_t>(sqlite3_column_int64(s, 5));
+  r.reason = ColText(s, 6);
+  r.created_at_unix_ms = sqlite3_column_int64(s, 7);
+  r.updated_at_unix_ms = sqlite3_column_int64(s, 8);
+  return r;
+}
+
+absl::StatusOr<std::optional<JobRecord>> SelectOne(sqlite3* db, const char* where,
+                                                   const std::vector<std::string>& args) {
+  const std::string sql = StrCat("SELECT ", kColumns, " FROM jobs WHERE ", where, ";");
+  Stmt st(db, sql.c_str());
+  if (!st.ok()) return SqlError(db, "select");
+  for (size_t i = 0; i < args.size(); ++i) st.Text(static_cast<int>(i + 1), args[i]);
+  const int rc = sqlite3_step(st.get());
+  if (rc == SQLITE_ROW) return std::optional<JobRecord>(Row(st.get()));
+  if (rc == SQLITE_DONE) return std::optional<JobRecord>();
+  return SqlError(db, "select");
+}
+
+sqlite3* OpenConn(const std::string& path) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr) !=
+      SQLITE_OK) {
+    sqlite3_close(db);
+    return nullptr;
+  }
+  sqlite3_busy_timeout(db, 5000);
+  sqlite3_exec(db, "PRAGMA synchronous=FULL;", nullptr, nullptr, nullptr);
+  return db;
+}
+
+}  // namespace
+
+std::string NewJobId() {
+  unsigned char b[8];
+  RAND_bytes(b, sizeof(b));
+  static const char* kHex = "0123456789abcdef";
+  std::string id = "j-";
+  for (unsigned char c : b) {
+    id.push_back(kHex[c >> 4]);
+    id.push_back(kHex[c & 15]);
+  }
+  return id;
+}
+
+absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path) {
+  std::unique_ptr<JobStore> s(new JobStore());
+  s->writer_ = OpenConn(path);
+  s->reader_ = OpenConn(path);
+  if (s->writer_ == nullptr || s->reader_ == nullptr) {
+    return absl::InternalError(StrCat("cannot open job store ", path));
+  }
+  s->thread_ = std::thread([p = s.get()] { p->WriterLoop(); });
+  return s;
+}
+
+JobStore::~JobStore() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  sqlite3_close(writer_);
+  sqlite3_close(reader_);
+}
+
+absl::Status JobStore::Enqueue(std::function<absl::Status(sqlite3*)> apply) {
+  Write w{std::move(apply), {}};
+  auto fut = w.done.get_future();
+  {
+    std::lock_guard lock(mu_);
+    if (stop_) return absl::UnavailableError("job store is closing");
+    queue_.push_back(&w);
+  }
+  cv_.notify_one();
+  return fut.get();
+}
+
+void JobStore::WriterLoop() {
+  std::vector<Write*> batch;
+  while (true) {
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping and drained
+      while (!queue_.empty() && batch.size() < kMaxBatch) {
+        batch.push_back(queue_.front());
+        queue_.pop_front();
+      }
+    }
+    // One transaction for the whole batch; each write runs in a savepoint so
+    // one failing write does not undo the others.
+    std::vector<absl::Status> results(batch.size());
+    absl::Status txn = sqlite3_exec(writer_, "BEGIN IMMEDIATE;", nullptr, nullptr, nullptr) ==
+                               SQLITE_OK
+                           ? absl::OkStatus()
+                           : SqlError(writer_, "begin");
+    for (size_t i = 0; i < batch.size() && txn.ok(); ++i) {
+      sqlite3_exec(writer_, "SAVEPOINT w;", nullptr, nullptr, nullptr);
+      results[i] = batch[i]->apply(writer_);
+      sqlite3_exec(writer_, results[i].ok() ? "RELEASE w;" : "ROLLBACK TO w; RELEASE w;", nullptr,
+                   nullptr, nullptr);
+    }
+    if (txn.ok() && sqlite3_exec(writer_, "COMMIT;", nullptr, nullptr, nullptr) != SQLITE_OK) {
+      txn = SqlError(writer_, "commit");
+      sqlite3_exec(writer_, "ROLLBACK;", nullptr, nullptr, nullptr);
+    }
+    ++commits_;
+    largest_batch_ = std::max<uint64_t>(largest_batch_, batch.size());
+    for (size_t i = 0; i < batch.size(); ++i) {
+      batch[i]->done.set_value(txn.ok() ? results[i] : txn);
+    }
+    batch.clear();
+  }
+}
+
+absl::StatusOr<SubmitOutcome> JobStore::Submit(JobRecord job) {
+  SubmitOutcome out;
+  auto st = Enqueue([&](sqlite3* db) -> absl::Status {
+    if (!job.idempotency_key.empty()) {
+      auto existing = SelectOne(db, "tenant = ?1 AND idempotency_key = ?2",
+                                {job.tenant, job.idempotency_key});
+      if (!existing.ok()) return existing.status();
+      if (existing->has_value()) {
+        out = {**existing, false};
+        return absl::OkStatus();
+      }
+    }
+    Stmt ins(db, StrCat("INSERT INTO jobs(", kColumns,
+                        ", name) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10);")
+                     .c_str());
+    if (!ins.ok()) return SqlError(db, "insert");
+    ins.Text(1, job.id);
+    ins.Text(2, job.tenant);
+    if (job.idempotency_key.empty()) {
+      ins.Null(3);
+    } else {
+      ins.Text(3, job.idempotency_key);
+    }
+    ins.Blob(4, job.spec.SerializeAsString());
+    ins.Text(5, job.state);
+    ins.Int(6, job.attempt);
+    ins.Text(7, job.reason);
+    ins.Int(8, job.created_at_unix_ms);
+    ins.Int(9, job.updated_at_unix_ms);
+    ins.Text(10, job.spec.name());
+    if (sqlite3_step(ins.get()) != SQLITE_DONE) return SqlError(db, "insert");
+    out = {job, true};
+    return absl::OkStatus();
+  });
+  if (!st.ok()) return st;
+  return out;
+}
+
+absl::StatusOr<std::optional<JobRecord>> JobStore::Get(const std::string& id) {
+  std::lock_guard lock(read_mu_);
+  return SelectOne(reader_, "id = ?1", {id});
+}
+
+absl::StatusOr<std::vector<JobRecord>> JobStore::List(const std::string& tenant,
+                                                      const std::string& state,
+                                                      const std::string& after_id, int limit) {
+  std::lock_guard lock(read_mu_);
+  const std::string sql =
+      StrCat("SELECT ", kColumns,
+             " FROM jobs WHERE (?1 = '' OR tenant = ?1) AND (?2 = '' OR state = ?2) AND id > ?3 "
+             "ORDER BY id LIMIT ?4;");
+  Stmt st(reader_, sql.c_str());
+  if (!st.ok()) return SqlError(reader_, "list");
+  st.Text(1, tenant);
+  st.Text(2, state);
+  st.Text(3, after_id);
+  st.Int(4, std::clamp(limit, 1, 1000));
+  std::vector<JobRecord> out;
+  int rc;
+  while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) out.push_back(Row(st.get()));
+  if (rc != SQLITE_DONE) return SqlError(reader_, "list");
+  return out;
+}
+
+absl::Status JobStore::Update(const std::string& id, const std::string& state,
+                              const std::string& reason, int64_t now_ms) {
+  return Enqueue([&](sqlite3* db) -> absl::Status {
+    Stmt up(db, "UPDATE jobs SET state = ?2, reason = ?3, updated_at_unix_ms = ?4 WHERE id = ?1;");
+    if (!up.ok()) return SqlError(db, "update");
+    up.Text(1, id);
+    up.Text(2, state);
+    up.Text(3, reason);
+    up.Int(4, now_ms);
+    if (sqlite3_step(up.get()) != SQLITE_DONE) return SqlError(db, "update");
+    if (sqlite3_changes(db) == 0) return absl::NotFoundError(StrCat("no job ", id));
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace fedgate::gateway

@@ -1,0 +1,88 @@
+// Durable jobs in the gateway's SQLite file. One writer thread owns the write
+// connection and group-commits: every submit waiting when a transaction starts
+// joins it, so many submits share one fsync. A submit returns only once its
+// row is durable (WAL, synchronous=FULL). Reads use their own connection.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "fedgate/v1/jobs.pb.h"
+
+struct sqlite3;
+
+namespace fedgate::gateway {
+
+struct JobRecord {
+  std::string id;
+  std::string tenant;
+  std::string idempotency_key;  // "" = none
+  v1::JobSpec spec;
+  std::string state = "PENDING";
+  uint32_t attempt = 0;
+  std::string reason;
+  int64_t created_at_unix_ms = 0;
+  int64_t updated_at_unix_ms = 0;
+};
+
+struct SubmitOutcome {
+  JobRecord job;
+  bool created = false;  // false: the idempotency key matched an earlier job
+};
+
+class JobStore {
+ public:
+  // `path` is the SQLite file, already migrated by Store::Open.
+  static absl::StatusOr<std::unique_ptr<JobStore>> Open(const std::string& path);
+  ~JobStore();
+
+  absl::StatusOr<SubmitOutcome> Submit(JobRecord job);
+  absl::StatusOr<std::optional<JobRecord>> Get(const std::string& id);
+  // Jobs of `tenant` ("" = every tenant) with ids after `after_id`, in id
+  // order, at most `limit`; `state` filters when not empty.
+  absl::StatusOr<std::vector<JobRecord>> List(const std::string& tenant, const std::string& state,
+                                              const std::string& after_id, int limit);
+  // Sets state and reason; NOT_FOUND for an unknown id.
+  absl::Status Update(const std::string& id, const std::string& state, const std::string& reason,
+                      int64_t now_ms);
+
+  // Transactions committed and the largest number of writes one carried.
+  uint64_t commits() const { return commits_; }
+  uint64_t largest_batch() const { return largest_batch_; }
+
+ private:
+  struct Write {
+    std::function<absl::Status(sqlite3*)> apply;
+    std::promise<absl::Status> done;
+  };
+  JobStore() = default;
+  absl::Status Enqueue(std::function<absl::Status(sqlite3*)> apply);
+  void WriterLoop();
+
+  sqlite3* writer_ = nullptr;
+  sqlite3* reader_ = nullptr;
+  std::mutex read_mu_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Write*> queue_;
+  bool stop_ = false;
+  std::thread thread_;
+  std::atomic<uint64_t> commits_{0};
+  std::atomic<uint64_t> largest_batch_{0};
+};
+
+// "j-" and 16 hex characters.
+std::string NewJobId();
+
+}  // namespace fedgate::gateway

@@ -1,0 +1,109 @@
+#include "gateway/job_store.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <thread>
+
+#include "gateway/store.h"
+#include "tests/support/temp_dir.h"
+
+namespace fedgate::gateway {
+namespace {
+
+using testing::TempDir;
+
+JobRecord Job(const std::string& tenant, const std::string& key, uint32_t gpus = 1) {
+  JobRecord r;
+  r.id = NewJobId();
+  r.tenant = tenant;
+  r.idempotency_key = key;
+  r.spec.set_gpus(gpus);
+  r.spec.add_command("true");
+  r.created_at_unix_ms = r.updated_at_unix_ms = 1;
+  return r;
+}
+
+class JobStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto meta = Store::Open(dir_.path());
+    ASSERT_TRUE(meta.ok());
+    meta_ = std::move(*meta);
+    auto js = JobStore::Open(dir_ / "fedgate.db");
+    ASSERT_TRUE(js.ok()) << js.status();
+    jobs_ = std::move(*js);
+  }
+  TempDir dir_;
+  std::unique_ptr<Store> meta_;
+  std::unique_ptr<JobStore> jobs_;
+};
+
+TEST_F(JobStoreTest, SubmittedJobsSurviveAReopen) {
+  auto a = jobs_->Submit(Job("vision", "", 4));
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_TRUE(a->created);
+  jobs_.reset();
+  jobs_ = std::move(*JobStore::Open(dir_ / "fedgate.db"));
+  auto got = jobs_->Get(a->job.id);
+  ASSERT_TRUE(got.ok() && got->has_value());
+  EXPECT_EQ((*got)->spec.gpus(), 4u);
+  EXPECT_EQ((*got)->tenant, "vision");
+  EXPECT_EQ((*got)->state, "PENDING");
+}
+
+TEST_F(JobStoreTest, TheSameKeyGivesTheSameJobPerTenant) {
+  auto a = jobs_->Submit(Job("vision", "k1"));
+  auto b = jobs_->Submit(Job("vision", "k1"));
+  auto c = jobs_->Submit(Job("speech", "k1"));
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_EQ(a->job.id, b->job.id);
+  EXPECT_FALSE(b->created);
+  EXPECT_NE(a->job.id, c->job.id) << "keys are per tenant";
+  EXPECT_EQ(jobs_->List("", "", "", 100)->size(), 2u);
+}
+
+TEST_F(JobStoreTest, ConcurrentSubmitsAreGroupCommittedAndKeysStayUnique) {
+  constexpr int kThreads = 32, kEach = 20;
+  std::vector<std::thread> threads;
+  std::mutex mu;
+  std::set<std::string> ids, keyed_ids;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kEach; ++i) {
+        auto r = jobs_->Submit(Job("t" + std::to_string(t % 4), ""));
+        auto k = jobs_->Submit(Job("shared", "same-key"));  // all threads race on one key
+        std::lock_guard lock(mu);
+        if (r.ok()) ids.insert(r->job.id);
+        if (k.ok()) keyed_ids.insert(k->job.id);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(ids.size(), size_t{kThreads * kEach});
+  EXPECT_EQ(keyed_ids.size(), 1u) << "640 racing submits with one key made one job";
+  EXPECT_LT(jobs_->commits(), uint64_t{2 * kThreads * kEach}) << "some fsyncs were shared";
+  EXPECT_GT(jobs_->largest_batch(), 1u);
+  EXPECT_EQ(jobs_->List("t1", "", "", 1000)->size(), size_t{kThreads / 4 * kEach});
+}
+
+TEST_F(JobStoreTest, ListPagesAndFilters) {
+  for (int i = 0; i < 25; ++i) ASSERT_TRUE(jobs_->Submit(Job("vision", "")).ok());
+  std::string after;
+  size_t seen = 0;
+  for (int page = 0; page < 10; ++page) {
+    auto rows = jobs_->List("vision", "", after, 10);
+    ASSERT_TRUE(rows.ok());
+    if (rows->empty()) break;
+    seen += rows->size();
+    after = rows->back().id;
+  }
+  EXPECT_EQ(seen, 25u);
+  auto one = jobs_->List("vision", "", "", 1);
+  ASSERT_TRUE(jobs_->Update((*one)[0].id, "CANCELLED", "test", 2).ok());
+  EXPECT_EQ(jobs_->List("vision", "CANCELLED", "", 100)->size(), 1u);
+  EXPECT_EQ(jobs_->Update("j-nope", "CANCELLED", "x", 2).code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace fedgate::gateway
