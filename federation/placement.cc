@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <unordered_map>
 
 #include "federation/str_cat.h"
 
 namespace fedgate::federation {
 namespace {
+
+constexpr size_t kGreedySeeds = 8;
 
 struct Eligible {
   std::string site;
@@ -93,17 +96,20 @@ PlacementResult Place(const JobRequest& job, const std::vector<SiteOffer>& offer
             [](const Eligible& a, const Eligible& b) { return a.site < b.site; });
   const int n = static_cast<int>(eligible.size());
 
-  // Pairwise bandwidth of eligible sites, computed once.
-  std::vector<std::vector<double>> bw(n, std::vector<double>(n, 0));
-  std::vector<std::vector<bool>> link_ok(n, std::vector<bool>(n, true));
-  for (int i = 0; i < n; ++i) {
-    for (int j = i + 1; j < n; ++j) {
-      auto g = links(eligible[i].site, eligible[j].site);
-      bw[i][j] = bw[j][i] = g ? *g : 0.0;
-      const bool ok = job.min_link_gbps <= 0 || (g && *g >= job.min_link_gbps);
-      link_ok[i][j] = link_ok[j][i] = ok;
-    }
-  }
+  // Pairwise bandwidth of eligible sites, looked up lazily and memoised: at
+  // a thousand sites the full matrix would cost more than the search.
+  std::unordered_map<uint64_t, std::pair<double, bool>> pair_cache;
+  auto pair = [&](int i, int j) -> const std::pair<double, bool>& {
+    if (i > j) std::swap(i, j);
+    const uint64_t key = (static_cast<uint64_t>(i) << 32) | static_cast<uint32_t>(j);
+    auto it = pair_cache.find(key);
+    if (it != pair_cache.end()) return it->second;
+    auto g = links(eligible[i].site, eligible[j].site);
+    const bool ok = job.min_link_gbps <= 0 || (g && *g >= job.min_link_gbps);
+    return pair_cache.emplace(key, std::make_pair(g ? *g : 0.0, ok)).first->second;
+  };
+  auto bw_of = [&](int i, int j) { return pair(i, j).first; };
+  auto link_ok_of = [&](int i, int j) { return pair(i, j).second; };
 
   auto evaluate = [&](const std::vector<int>& idx) -> std::optional<Candidate> {
     uint64_t free = 0;
@@ -113,8 +119,8 @@ PlacementResult Place(const JobRequest& job, const std::vector<SiteOffer>& offer
     double bottleneck = std::numeric_limits<double>::infinity();
     for (size_t a = 0; a < idx.size(); ++a) {
       for (size_t b = a + 1; b < idx.size(); ++b) {
-        if (!link_ok[idx[a]][idx[b]]) return std::nullopt;
-        bottleneck = std::min(bottleneck, bw[idx[a]][idx[b]]);
+        if (!link_ok_of(idx[a], idx[b])) return std::nullopt;
+        bottleneck = std::min(bottleneck, bw_of(idx[a], idx[b]));
       }
     }
     Candidate c;
@@ -154,9 +160,15 @@ PlacementResult Place(const JobRequest& job, const std::vector<SiteOffer>& offer
       };
       rec(0, 0);
     } else {
-      // Greedy: from each seed, add the site with the best link to the chosen
-      // set (then most free GPUs) until k sites.
-      for (int seed = 0; seed < n; ++seed) {
+      // Greedy: from each seed (the sites with the most free GPUs), add the
+      // site with the best link to the chosen set (then most free GPUs)
+      // until k sites.
+      std::vector<int> seeds(n);
+      for (int i = 0; i < n; ++i) seeds[i] = i;
+      std::stable_sort(seeds.begin(), seeds.end(),
+                       [&](int a, int b) { return eligible[a].free > eligible[b].free; });
+      seeds.resize(std::min<size_t>(seeds.size(), kGreedySeeds));
+      for (int seed : seeds) {
         std::vector<int> idx = {seed};
         std::vector<bool> in(n, false);
         in[seed] = true;
@@ -168,8 +180,8 @@ PlacementResult Place(const JobRequest& job, const std::vector<SiteOffer>& offer
             double m = std::numeric_limits<double>::infinity();
             bool ok = true;
             for (int i : idx) {
-              ok = ok && link_ok[i][c];
-              m = std::min(m, bw[i][c]);
+              ok = ok && link_ok_of(i, c);
+              m = std::min(m, bw_of(i, c));
             }
             if (!ok) continue;
             if (m > pick_bw || (m == pick_bw && eligible[c].free > eligible[pick].free)) {

@@ -71,7 +71,8 @@ struct PlacementResult {
 using PairGbps = std::function<std::optional<double>(const std::string&, const std::string&)>;
 
 // Exact over all site sets while that is cheap (`exact_budget` candidate sets
-// per set size); beyond it a greedy search seeded from every site.
+// per set size); beyond it a greedy search seeded from the 8 sites with the
+// most matching free GPUs.
 PlacementResult Place(const JobRequest& job, const std::vector<SiteOffer>& offers,
                       const PairGbps& links, uint64_t exact_budget = 200000);
 
