@@ -62,6 +62,16 @@ absl::Status Gateway::Start() {
     spdlog::warn("FEDGATE_BENCH_NO_STORE=1: jobs are kept in memory only (benchmark baseline)");
   }
   job_manager_ = std::make_unique<JobManager>(core_.get(), job_store_.get());
+  if (job_store_) {
+    metrics_->Describe("fedgate_job_store_commits_total", "counter",
+                       "Transactions (fsyncs) of the job store's writer.");
+    metrics_->Describe("fedgate_job_store_largest_batch", "gauge",
+                       "Most writes one job-store transaction carried.");
+    metrics_->OnScrape([js = job_store_.get()](Metrics& m) {
+      m.Set("fedgate_job_store_commits_total", {}, static_cast<double>(js->commits()));
+      m.Set("fedgate_job_store_largest_batch", {}, static_cast<double>(js->largest_batch()));
+    });
+  }
   job_service_ = std::make_unique<JobServiceImpl>(core_.get(), job_manager_.get(), authz_.get(),
                                                   metrics_.get());
 

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <future>
+
 #include "federation/job_spec.h"
 #include "federation/str_cat.h"
 #include "gateway/core.h"
@@ -40,18 +42,23 @@ v1::Job JobManager::ToProto(const JobRecord& r, bool with_plan) {
   return j;
 }
 
-absl::StatusOr<v1::SubmitJobResponse> JobManager::Submit(const Identity& caller,
-                                                         const v1::SubmitJobRequest& req) {
+void JobManager::SubmitAsync(const Identity& caller, const v1::SubmitJobRequest& req,
+                             std::function<void(absl::StatusOr<v1::SubmitJobResponse>)> done) {
   if (caller.role != Role::kUser) {
-    return absl::PermissionDeniedError(
-        StrCat(caller.ToUri(), " cannot submit: jobs are submitted by tenants' users"));
+    done(absl::PermissionDeniedError(
+        StrCat(caller.ToUri(), " cannot submit: jobs are submitted by tenants' users")));
+    return;
   }
   if (req.idempotency_key().size() > 200) {
-    return absl::InvalidArgumentError("idempotency_key longer than 200 characters");
+    done(absl::InvalidArgumentError("idempotency_key longer than 200 characters"));
+    return;
   }
   // Validate against the federation's models before anything is stored.
   auto plan = core_->Plan(req.spec());
-  if (!plan.ok()) return plan.status();
+  if (!plan.ok()) {
+    done(plan.status());
+    return;
+  }
   JobRecord r;
   r.id = NewJobId();
   r.tenant = caller.tenant;
@@ -60,22 +67,39 @@ absl::StatusOr<v1::SubmitJobResponse> JobManager::Submit(const Identity& caller,
   r.state = "PENDING";
   r.reason = plan->summary();
   r.created_at_unix_ms = r.updated_at_unix_ms = core_->clock()->NowMs();
-  SubmitOutcome out;
+  auto reply = [this, done](absl::StatusOr<SubmitOutcome> out) {
+    if (!out.ok()) {
+      done(out.status());
+      return;
+    }
+    if (out->created) {
+      spdlog::debug("job {} of tenant {} queued ({} GPUs)", out->job.id, out->job.tenant,
+                    out->job.spec.gpus());
+    }
+    v1::SubmitJobResponse resp;
+    *resp.mutable_job() = ToProto(out->job, false);
+    resp.set_created(out->created);
+    done(std::move(resp));
+  };
   if (store_ == nullptr) {
-    std::lock_guard lock(mem_mu_);
-    mem_[r.id] = r;
-    out = {r, true};
-  } else {
-    auto stored = store_->Submit(r);
-    if (!stored.ok()) return stored.status();
-    out = *stored;
+    {
+      std::lock_guard lock(mem_mu_);
+      mem_[r.id] = r;
+    }
+    reply(SubmitOutcome{r, true});
+    return;
   }
-  if (out.created) spdlog::info("job {} of tenant {} queued ({} GPUs)", out.job.id, r.tenant,
-                                r.spec.gpus());
-  v1::SubmitJobResponse resp;
-  *resp.mutable_job() = ToProto(out.job, false);
-  resp.set_created(out.created);
-  return resp;
+  store_->SubmitAsync(std::move(r), std::move(reply));
+}
+
+absl::StatusOr<v1::SubmitJobResponse> JobManager::Submit(const Identity& caller,
+                                                         const v1::SubmitJobRequest& req) {
+  std::promise<absl::StatusOr<v1::SubmitJobResponse>> p;
+  auto fut = p.get_future();
+  SubmitAsync(caller, req, [&p](absl::StatusOr<v1::SubmitJobResponse> r) {
+    p.set_value(std::move(r));
+  });
+  return fut.get();
 }
 
 absl::StatusOr<JobRecord> JobManager::Load(const Identity& caller, const std::string& id) {

@@ -3,6 +3,7 @@
 // reserving and running them across sites is not built yet.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -24,6 +25,10 @@ class JobManager {
 
   absl::StatusOr<v1::SubmitJobResponse> Submit(const Identity& caller,
                                                const v1::SubmitJobRequest& req);
+  // Non-blocking: `done` runs once the job is durable (on the store's writer
+  // thread) or refused (on the caller's thread).
+  void SubmitAsync(const Identity& caller, const v1::SubmitJobRequest& req,
+                   std::function<void(absl::StatusOr<v1::SubmitJobResponse>)> done);
   absl::StatusOr<v1::GetJobResponse> Get(const Identity& caller, const v1::GetJobRequest& req);
   absl::StatusOr<v1::ListJobsResponse> List(const Identity& caller,
                                             const v1::ListJobsRequest& req);

@@ -119,27 +119,38 @@ JobStore::~JobStore() {
   sqlite3_close(reader_);
 }
 
-absl::Status JobStore::Enqueue(std::function<absl::Status(sqlite3*)> apply) {
-  Write w{std::move(apply), {}};
-  auto fut = w.done.get_future();
+void JobStore::EnqueueAsync(std::function<absl::Status(sqlite3*)> apply,
+                            std::function<void(absl::Status)> done) {
   {
     std::lock_guard lock(mu_);
-    if (stop_) return absl::UnavailableError("job store is closing");
-    queue_.push_back(&w);
+    if (!stop_) {
+      queue_.push_back(std::make_unique<Write>(Write{std::move(apply), std::move(done)}));
+      done = nullptr;
+    }
+  }
+  if (done) {
+    done(absl::UnavailableError("job store is closing"));
+    return;
   }
   cv_.notify_one();
+}
+
+absl::Status JobStore::Enqueue(std::function<absl::Status(sqlite3*)> apply) {
+  std::promise<absl::Status> p;
+  auto fut = p.get_future();
+  EnqueueAsync(std::move(apply), [&p](absl::Status st) { p.set_value(std::move(st)); });
   return fut.get();
 }
 
 void JobStore::WriterLoop() {
-  std::vector<Write*> batch;
+  std::vector<std::unique_ptr<Write>> batch;
   while (true) {
     {
       std::unique_lock lock(mu_);
       cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping and drained
       while (!queue_.empty() && batch.size() < kMaxBatch) {
-        batch.push_back(queue_.front());
+        batch.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
     }
@@ -163,48 +174,64 @@ void JobStore::WriterLoop() {
     ++commits_;
     largest_batch_ = std::max<uint64_t>(largest_batch_, batch.size());
     for (size_t i = 0; i < batch.size(); ++i) {
-      batch[i]->done.set_value(txn.ok() ? results[i] : txn);
+      batch[i]->done(txn.ok() ? results[i] : txn);
     }
     batch.clear();
   }
 }
 
-absl::StatusOr<SubmitOutcome> JobStore::Submit(JobRecord job) {
-  SubmitOutcome out;
-  auto st = Enqueue([&](sqlite3* db) -> absl::Status {
-    if (!job.idempotency_key.empty()) {
-      auto existing = SelectOne(db, "tenant = ?1 AND idempotency_key = ?2",
-                                {job.tenant, job.idempotency_key});
-      if (!existing.ok()) return existing.status();
-      if (existing->has_value()) {
-        out = {**existing, false};
+void JobStore::SubmitAsync(JobRecord job,
+                           std::function<void(absl::StatusOr<SubmitOutcome>)> done) {
+  auto out = std::make_shared<SubmitOutcome>();
+  auto rec = std::make_shared<JobRecord>(std::move(job));
+  EnqueueAsync(
+      [out, rec](sqlite3* db) -> absl::Status {
+        const JobRecord& job = *rec;
+        if (!job.idempotency_key.empty()) {
+          auto existing = SelectOne(db, "tenant = ?1 AND idempotency_key = ?2",
+                                    {job.tenant, job.idempotency_key});
+          if (!existing.ok()) return existing.status();
+          if (existing->has_value()) {
+            *out = {**existing, false};
+            return absl::OkStatus();
+          }
+        }
+        Stmt ins(db, StrCat("INSERT INTO jobs(", kColumns,
+                            ", name) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10);")
+                         .c_str());
+        if (!ins.ok()) return SqlError(db, "insert");
+        ins.Text(1, job.id);
+        ins.Text(2, job.tenant);
+        if (job.idempotency_key.empty()) {
+          ins.Null(3);
+        } else {
+          ins.Text(3, job.idempotency_key);
+        }
+        ins.Blob(4, job.spec.SerializeAsString());
+        ins.Text(5, job.state);
+        ins.Int(6, job.attempt);
+        ins.Text(7, job.reason);
+        ins.Int(8, job.created_at_unix_ms);
+        ins.Int(9, job.updated_at_unix_ms);
+        ins.Text(10, job.spec.name());
+        if (sqlite3_step(ins.get()) != SQLITE_DONE) return SqlError(db, "insert");
+        *out = {job, true};
         return absl::OkStatus();
-      }
-    }
-    Stmt ins(db, StrCat("INSERT INTO jobs(", kColumns,
-                        ", name) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10);")
-                     .c_str());
-    if (!ins.ok()) return SqlError(db, "insert");
-    ins.Text(1, job.id);
-    ins.Text(2, job.tenant);
-    if (job.idempotency_key.empty()) {
-      ins.Null(3);
-    } else {
-      ins.Text(3, job.idempotency_key);
-    }
-    ins.Blob(4, job.spec.SerializeAsString());
-    ins.Text(5, job.state);
-    ins.Int(6, job.attempt);
-    ins.Text(7, job.reason);
-    ins.Int(8, job.created_at_unix_ms);
-    ins.Int(9, job.updated_at_unix_ms);
-    ins.Text(10, job.spec.name());
-    if (sqlite3_step(ins.get()) != SQLITE_DONE) return SqlError(db, "insert");
-    out = {job, true};
-    return absl::OkStatus();
-  });
-  if (!st.ok()) return st;
-  return out;
+      },
+      [out, done = std::move(done)](absl::Status st) {
+        if (st.ok()) {
+          done(std::move(*out));
+        } else {
+          done(st);
+        }
+      });
+}
+
+absl::StatusOr<SubmitOutcome> JobStore::Submit(JobRecord job) {
+  std::promise<absl::StatusOr<SubmitOutcome>> p;
+  auto fut = p.get_future();
+  SubmitAsync(std::move(job), [&p](absl::StatusOr<SubmitOutcome> r) { p.set_value(std::move(r)); });
+  return fut.get();
 }
 
 absl::StatusOr<std::optional<JobRecord>> JobStore::Get(const std::string& id) {

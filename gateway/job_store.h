@@ -48,6 +48,10 @@ class JobStore {
   ~JobStore();
 
   absl::StatusOr<SubmitOutcome> Submit(JobRecord job);
+  // The same without blocking: `done` runs on the writer thread once the row
+  // is durable (or the write failed). Lets callers keep many submits in
+  // flight so they share one fsync.
+  void SubmitAsync(JobRecord job, std::function<void(absl::StatusOr<SubmitOutcome>)> done);
   absl::StatusOr<std::optional<JobRecord>> Get(const std::string& id);
   // Jobs of `tenant` ("" = every tenant) with ids after `after_id`, in id
   // order, at most `limit`; `state` filters when not empty.
@@ -64,10 +68,12 @@ class JobStore {
  private:
   struct Write {
     std::function<absl::Status(sqlite3*)> apply;
-    std::promise<absl::Status> done;
+    std::function<void(absl::Status)> done;
   };
   JobStore() = default;
   absl::Status Enqueue(std::function<absl::Status(sqlite3*)> apply);
+  void EnqueueAsync(std::function<absl::Status(sqlite3*)> apply,
+                    std::function<void(absl::Status)> done);
   void WriterLoop();
 
   sqlite3* writer_ = nullptr;
@@ -75,7 +81,7 @@ class JobStore {
   std::mutex read_mu_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Write*> queue_;
+  std::deque<std::unique_ptr<Write>> queue_;
   bool stop_ = false;
   std::thread thread_;
   std::atomic<uint64_t> commits_{0};

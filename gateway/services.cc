@@ -160,10 +160,29 @@ grpc::ServerUnaryReactor* JobServiceImpl::Plan(grpc::CallbackServerContext* ctx,
                    });                                                                    \
   }
 
-FEDGATE_JOB_RPC(Submit, SubmitJobRequest, SubmitJobResponse)
 FEDGATE_JOB_RPC(Get, GetJobRequest, GetJobResponse)
 FEDGATE_JOB_RPC(List, ListJobsRequest, ListJobsResponse)
 FEDGATE_JOB_RPC(Cancel, CancelJobRequest, CancelJobResponse)
 #undef FEDGATE_JOB_RPC
+
+grpc::ServerUnaryReactor* JobServiceImpl::Submit(grpc::CallbackServerContext* ctx,
+                                                 const v1::SubmitJobRequest* req,
+                                                 v1::SubmitJobResponse* resp) {
+  auto* reactor = ctx->DefaultReactor();
+  auto caller = authz_->Authorize(*ctx->auth_context(), RpcClass::kJob, "Submit");
+  if (!caller.ok()) {
+    reactor->Finish(ToGrpc(caller.status()));
+    return reactor;
+  }
+  metrics_->Inc("fedgate_job_rpc_handled_total", {{"method", "Submit"}});
+  // Finished from the store's writer thread once the row is durable, so
+  // concurrent submits share transactions instead of holding gRPC threads.
+  jobs_->SubmitAsync(*caller, *req,
+                     [reactor, resp](absl::StatusOr<v1::SubmitJobResponse> out) {
+                       if (out.ok()) *resp = std::move(*out);
+                       reactor->Finish(ToGrpc(out.status()));
+                     });
+  return reactor;
+}
 
 }  // namespace fedgate::gateway
