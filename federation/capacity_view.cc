@@ -6,6 +6,7 @@
 namespace fedgate::federation {
 namespace {
 
+
 void AddNode(v1::SiteCapacity* site, std::map<std::string, v1::ModelCapacity>* models,
              const std::string& model, uint32_t free_gpus, uint32_t total_gpus) {
   site->set_free_gpus(site->free_gpus() + free_gpus);
@@ -22,8 +23,14 @@ void FlushModels(v1::SiteCapacity* site, const std::map<std::string, v1::ModelCa
 
 }  // namespace
 
+static uint32_t FreeOf(const Node& n, const FreeGpus& free) {
+  auto it = free.find(n.name);
+  return it == free.end() ? n.gpus : std::min(it->second, n.gpus);
+}
+
 v1::CapacityAd MakeOwnAd(const std::string& site, const std::vector<Node>& nodes, uint64_t seq,
-                         int64_t now_ms, int64_t ttl_ms, int64_t interval_ms) {
+                         int64_t now_ms, int64_t ttl_ms, int64_t interval_ms,
+                         const FreeGpus& free) {
   v1::CapacityAd ad;
   ad.set_origin(site);
   ad.set_seq(seq);
@@ -35,8 +42,9 @@ v1::CapacityAd MakeOwnAd(const std::string& site, const std::vector<Node>& nodes
     nc->set_name(n.name);
     nc->set_gpu_model(n.gpu_model);
     nc->set_gpu_memory_gib(n.gpu_memory_gib);
-    nc->set_free_gpus(n.gpus);  // no jobs hold GPUs yet: all of them are idle
+    nc->set_free_gpus(FreeOf(n, free));
     nc->set_total_gpus(n.gpus);
+    nc->set_address(n.address);
     nc->set_rdma(n.rdma);
     nc->set_nic_gbps(n.nic_gbps);
   }
@@ -45,14 +53,17 @@ v1::CapacityAd MakeOwnAd(const std::string& site, const std::vector<Node>& nodes
 
 v1::GetCapacityResponse BuildCapacityView(const std::string& self_site,
                                           const std::vector<Node>& local_nodes,
-                                          const std::vector<StoredAd>& ads, int64_t now_ms) {
+                                          const std::vector<StoredAd>& ads, int64_t now_ms,
+                                          const FreeGpus& local_free) {
   std::vector<v1::SiteCapacity> sites;
   {
     v1::SiteCapacity local;
     local.set_site(self_site);
     local.set_state("local");
     std::map<std::string, v1::ModelCapacity> models;
-    for (const auto& n : local_nodes) AddNode(&local, &models, n.gpu_model, n.gpus, n.gpus);
+    for (const auto& n : local_nodes) {
+      AddNode(&local, &models, n.gpu_model, FreeOf(n, local_free), n.gpus);
+    }
     FlushModels(&local, models);
     sites.push_back(std::move(local));
   }
@@ -82,11 +93,12 @@ v1::GetCapacityResponse BuildCapacityView(const std::string& self_site,
 
 std::vector<SiteOffer> BuildOffers(const std::string& self_site,
                                    const std::vector<Node>& local_nodes,
-                                   const std::vector<StoredAd>& ads, int64_t now_ms) {
+                                   const std::vector<StoredAd>& ads, int64_t now_ms,
+                                   const FreeGpus& local_free) {
   std::vector<SiteOffer> out;
   SiteOffer local{self_site, true, {}};
   for (const auto& n : local_nodes) {
-    local.nodes.push_back({n.name, n.gpu_model, n.gpu_memory_gib, n.gpus});
+    local.nodes.push_back({n.name, n.gpu_model, n.gpu_memory_gib, FreeOf(n, local_free)});
   }
   out.push_back(std::move(local));
   for (const auto& stored : ads) {

@@ -193,7 +193,7 @@ absl::Status GatewayCore::RemovePeer(const std::string& site) {
 v1::GetCapacityResponse GatewayCore::Capacity() {
   std::lock_guard lock(mu_);
   return federation::BuildCapacityView(config_.site, inventory_->Nodes(), ads_.Fresh(),
-                                       clock_->NowMs());
+                                       clock_->NowMs(), LocalFree());
 }
 
 absl::Status GatewayCore::Tick() {
@@ -206,7 +206,8 @@ absl::Status GatewayCore::Tick() {
     if (persisted.ok()) {
       seq_ = next;
       auto ad = federation::MakeOwnAd(config_.site, inventory_->Nodes(), seq_, clock_->NowMs(),
-                                      config_.advertise_ttl_ms, config_.advertise_interval_ms);
+                                      config_.advertise_ttl_ms, config_.advertise_interval_ms,
+                                      LocalFree());
       for (const auto& [to, link] : own_links_) *ad.add_links() = link;
       ads_.Publish(ad);
       metrics_->Inc("fedgate_ads_issued_total");
@@ -278,7 +279,8 @@ absl::StatusOr<v1::PlanResponse> GatewayCore::Plan(const v1::JobSpec& raw) {
   std::lock_guard lock(mu_);
   const int64_t now = clock_->NowMs();
   const auto ads = ads_.Fresh();
-  const auto offers = federation::BuildOffers(config_.site, inventory_->Nodes(), ads, now);
+  const auto offers =
+      federation::BuildOffers(config_.site, inventory_->Nodes(), ads, now, LocalFree());
   std::set<std::string> models;
   for (const auto& o : offers) {
     for (const auto& n : o.nodes) models.insert(n.gpu_model);
@@ -312,6 +314,22 @@ absl::StatusOr<v1::PlanResponse> GatewayCore::Plan(const v1::JobSpec& raw) {
     d->set_reason(e.reason);
   }
   return resp;
+}
+
+std::string GatewayCore::NodeAddress(const std::string& site, const std::string& node) {
+  std::lock_guard lock(mu_);
+  if (site == config_.site) {
+    for (const auto& n : inventory_->Nodes()) {
+      if (n.name == node) return n.address;
+    }
+    return "";
+  }
+  auto ad = ads_.Get(site);
+  if (!ad) return "";
+  for (const auto& n : ad->ad.nodes()) {
+    if (n.name() == node) return n.address();
+  }
+  return "";
 }
 
 bool GatewayCore::IsApprovedPeer(std::string_view site) {

@@ -77,6 +77,12 @@ class GatewayCore {
   // Blocks until `deadline_ms` passes or `wake()` returns true.
   void WaitUntil(int64_t deadline_ms, const std::function<bool()>& wake);
   void NotifyAll();
+  // Free GPUs per local node (from the participant's ledger); unset = all.
+  void SetFreeGpusFn(std::function<std::map<std::string, uint32_t>()> fn) {
+    free_fn_ = std::move(fn);
+  }
+  // The address of `node` at `site` from the inventory or the site's ad.
+  std::string NodeAddress(const std::string& site, const std::string& node);
   // Called (without the lock held) whenever the approved peer set changes.
   void SetPeersChangedHook(std::function<void()> hook) { peers_changed_ = std::move(hook); }
 
@@ -100,6 +106,8 @@ class GatewayCore {
   uint64_t seq_ = 0;
   std::map<std::string, v1::Link> own_links_;  // by destination site
   std::function<void()> peers_changed_;
+  std::function<std::map<std::string, uint32_t>()> free_fn_;
+  std::map<std::string, uint32_t> LocalFree() { return free_fn_ ? free_fn_() : std::map<std::string, uint32_t>{}; }
 };
 
 }  // namespace fedgate::gateway

@@ -9,7 +9,9 @@
 #include "gateway/authz.h"
 #include "gateway/bench_host.h"
 #include "gateway/prober.h"
+#include "gateway/coordinator.h"
 #include "gateway/core.h"
+#include "gateway/participant.h"
 #include "gateway/job_manager.h"
 #include "gateway/job_store.h"
 #include "gateway/metrics.h"
@@ -36,6 +38,9 @@ absl::Status Gateway::Start() {
       config_, clock_.get(), store_.get(),
       std::make_unique<federation::StaticInventory>(config_.nodes), metrics_.get());
   if (auto st = core_->Init(); !st.ok()) return st;
+  participant_ = std::make_unique<Participant>(config_, clock_.get());
+  core_->SetFreeGpusFn([p = participant_.get()] { return p->FreeGpus(); });
+  participant_->SetOnCapacityChange([c = core_.get()] { (void)c->Tick(); });
   if (auto st = core_->Tick(); !st.ok()) return st;
 
   auto ops = OpsServer::Start(config_.listen_ops, metrics_.get(), [this] { return ready_.load(); });
@@ -49,7 +54,7 @@ absl::Status Gateway::Start() {
   bench_host_ = std::make_unique<BenchHost>();
   prober_ = std::make_unique<Prober>(core_.get(), metrics_.get());
   peer_service_ = std::make_unique<PeerServiceImpl>(core_.get(), authz_.get(), metrics_.get(),
-                                                    bench_host_.get());
+                                                    bench_host_.get(), participant_.get());
   admin_service_ = std::make_unique<AdminServiceImpl>(core_.get(), authz_.get(), metrics_.get(),
                                                       prober_.get());
   // FEDGATE_BENCH_NO_STORE=1 is the no-store baseline of the submit benchmark.
@@ -62,6 +67,10 @@ absl::Status Gateway::Start() {
     spdlog::warn("FEDGATE_BENCH_NO_STORE=1: jobs are kept in memory only (benchmark baseline)");
   }
   job_manager_ = std::make_unique<JobManager>(core_.get(), job_store_.get());
+  if (job_store_) {
+    coordinator_ = std::make_unique<Coordinator>(core_.get(), job_store_.get(), participant_.get());
+    job_manager_->SetCoordinator(coordinator_.get());
+  }
   if (job_store_) {
     metrics_->Describe("fedgate_job_store_commits_total", "counter",
                        "Transactions (fsyncs) of the job store's writer.");
@@ -104,6 +113,8 @@ absl::Status Gateway::Start() {
   core_->SetPeersChangedHook([links = links_.get()] { links->Reconcile(); });
   links_->Reconcile();
   advertiser_ = std::thread([this] { AdvertiseLoop(); });
+  participant_->Start();
+  if (coordinator_) coordinator_->Start();
   ready_ = true;
   spdlog::info("fedgate {} site {} (federation {}) serving gRPC on port {}, ops on port {}; {} "
                "node(s), {} approved peer(s)",
@@ -130,6 +141,9 @@ void Gateway::Stop() {
   if (advertiser_.joinable()) advertiser_.join();
   // Finishes or cancels pending probes (and their admin calls) first.
   if (prober_) prober_->Stop();
+  // Running slices elsewhere keep running within their lease; a restarted
+  // coordinator picks them up again from the store.
+  if (coordinator_) coordinator_->Stop();
   if (core_ && links_) {
     spdlog::info("shutting down: withdrawing this site's ad from peers");
     core_->Withdraw();
@@ -140,6 +154,7 @@ void Gateway::Stop() {
     server_->Wait();
   }
   if (ops_) ops_->Stop();
+  if (participant_) participant_->Stop();
   spdlog::info("stopped");
 }
 

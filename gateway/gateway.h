@@ -27,6 +27,8 @@ class AdminServiceImpl;
 class JobServiceImpl;
 class JobManager;
 class JobStore;
+class Participant;
+class Coordinator;
 class Store;
 class SystemClock;
 
@@ -52,6 +54,8 @@ class Gateway {
   std::unique_ptr<Authorizer> authz_;
   std::unique_ptr<PeerServiceImpl> peer_service_;
   std::unique_ptr<AdminServiceImpl> admin_service_;
+  std::unique_ptr<Participant> participant_;
+  std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<JobStore> job_store_;
   std::unique_ptr<JobManager> job_manager_;
   std::unique_ptr<JobServiceImpl> job_service_;

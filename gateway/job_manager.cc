@@ -6,6 +6,7 @@
 
 #include "federation/job_spec.h"
 #include "federation/str_cat.h"
+#include "gateway/coordinator.h"
 #include "gateway/core.h"
 
 namespace fedgate::gateway {
@@ -29,14 +30,15 @@ v1::Job JobManager::ToProto(const JobRecord& r, bool with_plan) {
   *j.mutable_spec() = r.spec;
   j.set_created_at_unix_ms(r.created_at_unix_ms);
   j.set_updated_at_unix_ms(r.updated_at_unix_ms);
+  if (!r.run.empty()) j.mutable_run()->ParseFromString(r.run);
   if (with_plan && r.state == "PENDING") {
     auto plan = core_->Plan(r.spec);
     if (plan.ok()) {
       *j.mutable_placement() = *plan;
-      j.set_reason(plan->placeable()
-                       ? StrCat("queued; placeable now (", plan->summary(),
-                                "); running jobs across sites is not built yet")
-                       : StrCat("waiting for capacity: ", plan->summary()));
+      if (r.reason.empty()) {
+        j.set_reason(plan->placeable() ? StrCat("queued; placeable now (", plan->summary(), ")")
+                                       : StrCat("waiting for capacity: ", plan->summary()));
+      }
     }
   }
   return j;
@@ -144,6 +146,20 @@ absl::StatusOr<v1::ListJobsResponse> JobManager::List(const Identity& caller,
   return resp;
 }
 
+absl::StatusOr<v1::LogsResponse> JobManager::Logs(const Identity& caller,
+                                                  const v1::LogsRequest& req) {
+  auto r = Load(caller, req.id());
+  if (!r.ok()) return r.status();
+  if (coordinator_ == nullptr) return absl::UnavailableError("no coordinator");
+  auto log = coordinator_->ReadLog(*r, req.rank());
+  if (!log.ok()) return log.status();
+  v1::LogsResponse resp;
+  resp.set_content(log->content());
+  resp.set_truncated(log->truncated());
+  resp.set_state(r->state);
+  return resp;
+}
+
 absl::StatusOr<v1::CancelJobResponse> JobManager::Cancel(const Identity& caller,
                                                          const v1::CancelJobRequest& req) {
   auto r = Load(caller, req.id());
@@ -160,6 +176,8 @@ absl::StatusOr<v1::CancelJobResponse> JobManager::Cancel(const Identity& caller,
   r->state = "CANCELLED";
   r->reason = reason;
   r->updated_at_unix_ms = now;
+  // Stops every slice everywhere (their leases would stop them anyway).
+  if (coordinator_ != nullptr) coordinator_->AbortRun(*r, reason);
   spdlog::info("job {} {}", r->id, reason);
   v1::CancelJobResponse resp;
   *resp.mutable_job() = ToProto(*r, false);

@@ -15,6 +15,7 @@
 
 namespace fedgate::gateway {
 
+class Coordinator;
 class GatewayCore;
 
 class JobManager {
@@ -22,6 +23,8 @@ class JobManager {
   // `store` may be null only for the no-store benchmark baseline
   // (FEDGATE_BENCH_NO_STORE=1): jobs then live in memory and are lost.
   JobManager(GatewayCore* core, JobStore* store);
+  // Set once the coordinator exists; cancel and logs go through it.
+  void SetCoordinator(Coordinator* c) { coordinator_ = c; }
 
   absl::StatusOr<v1::SubmitJobResponse> Submit(const Identity& caller,
                                                const v1::SubmitJobRequest& req);
@@ -34,6 +37,7 @@ class JobManager {
                                             const v1::ListJobsRequest& req);
   absl::StatusOr<v1::CancelJobResponse> Cancel(const Identity& caller,
                                                const v1::CancelJobRequest& req);
+  absl::StatusOr<v1::LogsResponse> Logs(const Identity& caller, const v1::LogsRequest& req);
 
  private:
   absl::StatusOr<JobRecord> Load(const Identity& caller, const std::string& id);
@@ -41,6 +45,7 @@ class JobManager {
 
   GatewayCore* core_;
   JobStore* store_;
+  Coordinator* coordinator_ = nullptr;
   std::mutex mem_mu_;  // the no-store baseline only
   std::map<std::string, JobRecord> mem_;
 };

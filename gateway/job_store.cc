@@ -42,7 +42,7 @@ std::string ColText(sqlite3_stmt* s, int i) {
 
 constexpr const char* kColumns =
     "id, tenant, idempotency_key, spec, state, attempt, reason, created_at_unix_ms, "
-    "updated_at_unix_ms";
+    "updated_at_unix_ms, run";
 
 JobRecord Row(sqlite3_stmt* s) {
   JobRecord r;
@@ -56,6 +56,8 @@ JobRecord Row(sqlite3_stmt* s) {
   r.reason = ColText(s, 6);
   r.created_at_unix_ms = sqlite3_column_int64(s, 7);
   r.updated_at_unix_ms = sqlite3_column_int64(s, 8);
+  r.run.assign(static_cast<const char*>(sqlite3_column_blob(s, 9)) ?: "",
+               static_cast<size_t>(sqlite3_column_bytes(s, 9)));
   return r;
 }
 
@@ -197,7 +199,7 @@ void JobStore::SubmitAsync(JobRecord job,
           }
         }
         Stmt ins(db, StrCat("INSERT INTO jobs(", kColumns,
-                            ", name) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10);")
+                            ", name) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?11, ?10);")
                          .c_str());
         if (!ins.ok()) return SqlError(db, "insert");
         ins.Text(1, job.id);
@@ -214,6 +216,7 @@ void JobStore::SubmitAsync(JobRecord job,
         ins.Int(8, job.created_at_unix_ms);
         ins.Int(9, job.updated_at_unix_ms);
         ins.Text(10, job.spec.name());
+        ins.Blob(11, job.run);
         if (sqlite3_step(ins.get()) != SQLITE_DONE) return SqlError(db, "insert");
         *out = {job, true};
         return absl::OkStatus();
@@ -258,6 +261,24 @@ absl::StatusOr<std::vector<JobRecord>> JobStore::List(const std::string& tenant,
   while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) out.push_back(Row(st.get()));
   if (rc != SQLITE_DONE) return SqlError(reader_, "list");
   return out;
+}
+
+absl::Status JobStore::Save(const JobRecord& job) {
+  return Enqueue([&](sqlite3* db) -> absl::Status {
+    Stmt up(db,
+            "UPDATE jobs SET state = ?2, reason = ?3, attempt = ?4, run = ?5, "
+            "updated_at_unix_ms = ?6 WHERE id = ?1;");
+    if (!up.ok()) return SqlError(db, "save");
+    up.Text(1, job.id);
+    up.Text(2, job.state);
+    up.Text(3, job.reason);
+    up.Int(4, job.attempt);
+    up.Blob(5, job.run);
+    up.Int(6, job.updated_at_unix_ms);
+    if (sqlite3_step(up.get()) != SQLITE_DONE) return SqlError(db, "save");
+    if (sqlite3_changes(db) == 0) return absl::NotFoundError(StrCat("no job ", job.id));
+    return absl::OkStatus();
+  });
 }
 
 absl::Status JobStore::Update(const std::string& id, const std::string& state,

@@ -34,6 +34,7 @@ struct JobRecord {
   std::string reason;
   int64_t created_at_unix_ms = 0;
   int64_t updated_at_unix_ms = 0;
+  std::string run;  // serialized v1::RunPlan, "" before the first attempt
 };
 
 struct SubmitOutcome {
@@ -57,6 +58,8 @@ class JobStore {
   // order, at most `limit`; `state` filters when not empty.
   absl::StatusOr<std::vector<JobRecord>> List(const std::string& tenant, const std::string& state,
                                               const std::string& after_id, int limit);
+  // Durably writes state, reason, attempt and run of an existing job.
+  absl::Status Save(const JobRecord& job);
   // Sets state and reason; NOT_FOUND for an unknown id.
   absl::Status Update(const std::string& id, const std::string& state, const std::string& reason,
                       int64_t now_ms);

@@ -6,6 +6,7 @@
 #include "gateway/core.h"
 #include "gateway/job_manager.h"
 #include "gateway/metrics.h"
+#include "gateway/participant.h"
 #include "gateway/prober.h"
 
 namespace fedgate::gateway {
@@ -61,6 +62,62 @@ grpc::ServerUnaryReactor* PeerServiceImpl::OpenBench(grpc::CallbackServerContext
                                                "\""));
     }
     auto out = bench_->Open(id.site, *req);
+    if (out.ok()) *resp = std::move(*out);
+    return out.status();
+  });
+}
+
+// Peer calls that name their site must come from that site's gateway.
+absl::Status SameSite(const std::string& named, const Identity& id) {
+  if (named == id.site) return absl::OkStatus();
+  return absl::InvalidArgumentError(StrCat("request names site \"", named,
+                                           "\" but the certificate is of \"", id.site, "\""));
+}
+
+grpc::ServerUnaryReactor* PeerServiceImpl::Prepare(grpc::CallbackServerContext* ctx,
+                                                   const v1::PrepareRequest* req,
+                                                   v1::PrepareResponse* resp) {
+  return Guarded(ctx, authz_, metrics_, RpcClass::kPeer, "Prepare", [&](const Identity& id) {
+    if (auto st = SameSite(req->site(), id); !st.ok()) return st;
+    auto out = participant_->Prepare(*req);
+    if (out.ok()) *resp = std::move(*out);
+    return out.status();
+  });
+}
+
+grpc::ServerUnaryReactor* PeerServiceImpl::Commit(grpc::CallbackServerContext* ctx,
+                                                  const v1::CommitRequest* req,
+                                                  v1::CommitResponse*) {
+  return Guarded(ctx, authz_, metrics_, RpcClass::kPeer, "Commit", [&](const Identity& id) {
+    if (auto st = SameSite(req->site(), id); !st.ok()) return st;
+    return participant_->Commit(*req);
+  });
+}
+
+grpc::ServerUnaryReactor* PeerServiceImpl::Abort(grpc::CallbackServerContext* ctx,
+                                                 const v1::AbortRequest* req, v1::AbortResponse*) {
+  return Guarded(ctx, authz_, metrics_, RpcClass::kPeer, "Abort", [&](const Identity& id) {
+    if (auto st = SameSite(req->site(), id); !st.ok()) return st;
+    return participant_->Abort(*req);
+  });
+}
+
+grpc::ServerUnaryReactor* PeerServiceImpl::SliceStatus(grpc::CallbackServerContext* ctx,
+                                                       const v1::SliceStatusRequest* req,
+                                                       v1::SliceStatusResponse* resp) {
+  return Guarded(ctx, authz_, metrics_, RpcClass::kPeer, "SliceStatus", [&](const Identity& id) {
+    if (auto st = SameSite(req->site(), id); !st.ok()) return st;
+    *resp = participant_->Status(*req);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* PeerServiceImpl::ReadLog(grpc::CallbackServerContext* ctx,
+                                                   const v1::ReadLogRequest* req,
+                                                   v1::ReadLogResponse* resp) {
+  return Guarded(ctx, authz_, metrics_, RpcClass::kPeer, "ReadLog", [&](const Identity& id) {
+    if (auto st = SameSite(req->site(), id); !st.ok()) return st;
+    auto out = participant_->ReadLog(req->job_id(), req->rank());
     if (out.ok()) *resp = std::move(*out);
     return out.status();
   });
@@ -163,6 +220,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::Plan(grpc::CallbackServerContext* ctx,
 FEDGATE_JOB_RPC(Get, GetJobRequest, GetJobResponse)
 FEDGATE_JOB_RPC(List, ListJobsRequest, ListJobsResponse)
 FEDGATE_JOB_RPC(Cancel, CancelJobRequest, CancelJobResponse)
+FEDGATE_JOB_RPC(Logs, LogsRequest, LogsResponse)
 #undef FEDGATE_JOB_RPC
 
 grpc::ServerUnaryReactor* JobServiceImpl::Submit(grpc::CallbackServerContext* ctx,

@@ -11,12 +11,14 @@ class Authorizer;
 class BenchHost;
 class GatewayCore;
 class Metrics;
+class Participant;
 class Prober;
 
 class PeerServiceImpl final : public v1::PeerService::CallbackService {
  public:
-  PeerServiceImpl(GatewayCore* core, const Authorizer* authz, Metrics* metrics, BenchHost* bench)
-      : core_(core), authz_(authz), metrics_(metrics), bench_(bench) {}
+  PeerServiceImpl(GatewayCore* core, const Authorizer* authz, Metrics* metrics, BenchHost* bench,
+                  Participant* participant)
+      : core_(core), authz_(authz), metrics_(metrics), bench_(bench), participant_(participant) {}
   grpc::ServerUnaryReactor* Handshake(grpc::CallbackServerContext* ctx,
                                       const v1::HandshakeRequest* req,
                                       v1::HandshakeResponse* resp) override;
@@ -26,12 +28,26 @@ class PeerServiceImpl final : public v1::PeerService::CallbackService {
   grpc::ServerUnaryReactor* OpenBench(grpc::CallbackServerContext* ctx,
                                       const v1::OpenBenchRequest* req,
                                       v1::OpenBenchResponse* resp) override;
+  grpc::ServerUnaryReactor* Prepare(grpc::CallbackServerContext* ctx,
+                                    const v1::PrepareRequest* req,
+                                    v1::PrepareResponse* resp) override;
+  grpc::ServerUnaryReactor* Commit(grpc::CallbackServerContext* ctx, const v1::CommitRequest* req,
+                                   v1::CommitResponse* resp) override;
+  grpc::ServerUnaryReactor* Abort(grpc::CallbackServerContext* ctx, const v1::AbortRequest* req,
+                                  v1::AbortResponse* resp) override;
+  grpc::ServerUnaryReactor* SliceStatus(grpc::CallbackServerContext* ctx,
+                                        const v1::SliceStatusRequest* req,
+                                        v1::SliceStatusResponse* resp) override;
+  grpc::ServerUnaryReactor* ReadLog(grpc::CallbackServerContext* ctx,
+                                    const v1::ReadLogRequest* req,
+                                    v1::ReadLogResponse* resp) override;
 
  private:
   GatewayCore* core_;
   const Authorizer* authz_;
   Metrics* metrics_;
   BenchHost* bench_;
+  Participant* participant_;
 };
 
 class AdminServiceImpl final : public v1::AdminService::CallbackService {
@@ -82,6 +98,8 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* Cancel(grpc::CallbackServerContext* ctx,
                                    const v1::CancelJobRequest* req,
                                    v1::CancelJobResponse* resp) override;
+  grpc::ServerUnaryReactor* Logs(grpc::CallbackServerContext* ctx, const v1::LogsRequest* req,
+                                 v1::LogsResponse* resp) override;
 
  private:
   GatewayCore* core_;

@@ -24,6 +24,8 @@ const char* const kMigrations[] = {
     "CREATE UNIQUE INDEX jobs_idempotency ON jobs(tenant, idempotency_key)"
     "  WHERE idempotency_key IS NOT NULL;"
     "CREATE INDEX jobs_by_tenant ON jobs(tenant, id);",
+    // 3: the run plan (virtual cluster, epoch) of a job's latest attempt.
+    "ALTER TABLE jobs ADD COLUMN run BLOB NOT NULL DEFAULT x'';",
 };
 
 class Stmt {

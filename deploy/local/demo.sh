@@ -22,9 +22,10 @@ export CCACHE_BASEDIR="$REPO" CCACHE_NOHASHDIR=1
 if [ ! -f "$BUILD/build.ninja" ]; then
   cmake -S "$REPO" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 fi
-cmake --build "$BUILD" -j2 --target fedgate fedctl | grep -vE '^\[|^ninja: (Entering|no work)' || true
+cmake --build "$BUILD" -j2 --target fedgate fedctl fedgate-allreduce | grep -vE '^\[|^ninja: (Entering|no work)' || true
 FEDGATE="$BUILD/gateway/fedgate"
 FEDCTL="$BUILD/gateway/cli/fedctl"
+ALLREDUCE="$BUILD/deploy/workload/fedgate-allreduce"
 
 SITES=(cn-beijing cn-shanghai cn-shenzhen)
 declare -A GRPC_PORT OPS_PORT PIDS
@@ -60,6 +61,8 @@ for s in "${SITES[@]}"; do
     --name ops 2>/dev/null
   echo "  $s: gateway spiffe://aidc/site/$s/gateway, admin spiffe://aidc/site/$s/admin/ops"
 done
+"$FEDCTL" certs issue --ca-dir "$WORK/ca" --out "$WORK/alice" --tenant vision --user alice 2>/dev/null
+echo "  tenant user: spiffe://aidc/tenant/vision/user/alice"
 
 write_config() {
   local site=$1 nodes=$2 peers=$3
@@ -152,15 +155,34 @@ for s in "${SITES[@]}"; do
   fedctl_as "$s" links
 done
 
-say "fedctl jobs plan: where would a 12-GPU A100 job run? (asked at cn-shenzhen, which has none)"
+alice() {  # fedctl as the tenant user, talking to cn-beijing
+  "$FEDCTL" --gateway "127.0.0.1:${GRPC_PORT[cn-beijing]}" --tls-dir "$WORK/alice" "$@"
+}
 cat >"$WORK/job.yaml" <<YAML
-name: finetune-7b
+name: allreduce-12
 gpus: 12
 gpu_models: [A100-80GB]
-command: [python3, train.py]
+estimated_duration: 5m
+command: [$ALLREDUCE]
+env: {DEMO: "1"}
 YAML
+say "A 12-GPU A100 job (8 A100 in cn-beijing, 4 in cn-shanghai, none in cn-shenzhen)"
 cat "$WORK/job.yaml"
-echo
-fedctl_as cn-shenzhen jobs plan -f "$WORK/job.yaml"
+say "fedctl jobs plan (dry run)"
+alice jobs plan -f "$WORK/job.yaml"
+
+say "fedctl jobs submit, as tenant vision, to cn-beijing"
+JOB=$(alice -o json jobs submit -f "$WORK/job.yaml" | python3 -c 'import json,sys; print(json.load(sys.stdin)["job"]["id"])')
+echo "  job $JOB accepted (durable)"
+say "fedctl jobs watch $JOB"
+if ! timeout 120 "$FEDCTL" --gateway "127.0.0.1:${GRPC_PORT[cn-beijing]}" --tls-dir "$WORK/alice" jobs watch "$JOB"; then
+  echo "the job did not succeed; rank 0 said:" >&2
+  alice jobs logs "$JOB" --rank 0 >&2 || true
+  exit 1
+fi
+say "fedctl vc get $JOB: the virtual cluster stitched across sites"
+alice vc get "$JOB"
+say "Each rank's result line (fedctl jobs logs $JOB --rank N, fetched through the coordinator)"
+for r in $(seq 0 11); do alice jobs logs "$JOB" --rank "$r" | grep 'allreduce'; done
 
 say "Demo done"

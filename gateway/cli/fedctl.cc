@@ -253,6 +253,16 @@ int main(int argc, char** argv) {
   jobs_list->add_option("--state", state_filter, "only jobs in this state");
   auto* jobs_cancel = jobs->add_subcommand("cancel", "cancel a job that has not ended");
   jobs_cancel->add_option("id", job_id, "job id")->required();
+  uint32_t log_rank = 0;
+  auto* jobs_logs = jobs->add_subcommand("logs", "a rank's raw output (any site, via the coordinator)");
+  jobs_logs->add_option("id", job_id, "job id")->required();
+  jobs_logs->add_option("--rank", log_rank, "rank (default 0)");
+  auto* jobs_watch = jobs->add_subcommand("watch", "print state changes until the job ends");
+  jobs_watch->add_option("id", job_id, "job id")->required();
+  auto* vc = app.add_subcommand("vc", "virtual clusters");
+  vc->require_subcommand(1);
+  auto* vc_get = vc->add_subcommand("get", "rank -> site, node, GPU of a job's latest attempt");
+  vc_get->add_option("job_id", job_id, "job id")->required();
 
   try {
     app.parse(argc, argv);
@@ -384,6 +394,62 @@ int main(int argc, char** argv) {
       fedgate::v1::CancelJobResponse resp;
       CheckRpc(stub->Cancel(&ctx, req, &resp), g, "jobs cancel");
       Print(resp, fmt, JobTable(resp.job()));
+    }
+  } else if (jobs_logs->parsed()) {
+    auto stub = fedgate::v1::JobService::NewStub(channel);
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    fedgate::v1::LogsRequest req;
+    req.set_id(job_id);
+    req.set_rank(log_rank);
+    fedgate::v1::LogsResponse resp;
+    CheckRpc(stub->Logs(&ctx, req, &resp), g, "jobs logs");
+    // Raw output whatever -o says.
+    std::fwrite(resp.content().data(), 1, resp.content().size(), stdout);
+  } else if (jobs_watch->parsed() || vc_get->parsed()) {
+    auto stub = fedgate::v1::JobService::NewStub(channel);
+    std::string last;
+    while (true) {
+      grpc::ClientContext ctx;
+      SetDeadline(&ctx);
+      fedgate::v1::GetJobRequest req;
+      req.set_id(job_id);
+      fedgate::v1::GetJobResponse resp;
+      CheckRpc(stub->Get(&ctx, req, &resp), g, jobs_watch->parsed() ? "jobs watch" : "vc get");
+      const auto& j = resp.job();
+      if (vc_get->parsed()) {
+        std::vector<std::vector<std::string>> rows;
+        for (const auto& site : j.run().sites()) {
+          for (const auto& r : site.ranks()) {
+            rows.push_back({absl::StrCat(r.rank()), site.site(), r.node(), absl::StrCat(r.gpu()),
+                            absl::StrCat(r.local_rank()), absl::StrCat(r.group_rank())});
+          }
+        }
+        std::string table = rows.empty()
+                                ? std::string("no virtual cluster yet (the job has not started)\n")
+                                : absl::StrFormat("world %u, master %s:%u, epoch %u\n",
+                                                  j.run().world_size(), j.run().master_addr(),
+                                                  j.run().master_port(), j.run().epoch()) +
+                                      fedgate::cli::RenderTable(
+                                          {"RANK", "SITE", "NODE", "GPU", "LOCAL RANK", "GROUP"},
+                                          rows);
+        Print(j.run(), fmt, table);
+        break;
+      }
+      const std::string line = absl::StrCat(j.state(), " (attempt ", j.attempt(), "): ", j.reason());
+      if (line != last) {
+        if (fmt == Format::kTable) {
+          std::printf("%s\n", line.c_str());
+        } else {
+          Print(resp, fmt, "");
+        }
+        std::fflush(stdout);
+        last = line;
+      }
+      if (j.state() == "SUCCEEDED" || j.state() == "FAILED" || j.state() == "CANCELLED") {
+        return j.state() == "SUCCEEDED" ? 0 : 1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
     }
   } else if (jobs_list->parsed()) {
     auto stub = fedgate::v1::JobService::NewStub(channel);
