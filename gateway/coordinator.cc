@@ -315,10 +315,13 @@ void Coordinator::Drive(JobRecord job) {
       for (const auto& [rank, code] : st->exit_codes()) {
         if (code != 0) codes += StrCat(codes.empty() ? "" : ", ", "rank ", rank, " exit ", code);
       }
+      // A site that lost the slice is avoided next time; ranks that exited
+      // non-zero (or a slice stopped by its lease) say nothing against the site.
+      const bool lost = st->state() == "unknown";
       Fail(job, run,
-           StrCat("site ", site.site(), ": ", st->state() == "unknown" ? "lost the slice" : "",
-                  st->message(), codes.empty() ? "" : StrCat(" (", codes, ")")),
-           site.site());
+           StrCat("site ", site.site(), ": ", lost ? "lost the slice" : "", st->message(),
+                  codes.empty() ? "" : StrCat(" (", codes, ")")),
+           lost ? site.site() : "");
       return;
     }
   }
@@ -346,8 +349,8 @@ void Coordinator::Fail(JobRecord job, const v1::RunPlan& run, const std::string&
     job.reason = StrCat("attempt ", job.attempt, " of ", max_attempts, " failed: ", reason);
   } else {
     job.state = "PENDING";
-    job.reason = StrCat("attempt ", job.attempt, " failed: ", reason, "; retrying without ",
-                        bad_site);
+    job.reason = StrCat("attempt ", job.attempt, " failed: ", reason, "; retrying",
+                        bad_site.empty() ? "" : StrCat(" without ", bad_site));
   }
   (void)store_->Save(job);
   last_ok_.erase(job.id);

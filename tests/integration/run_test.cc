@@ -1,0 +1,225 @@
+// Jobs that really run: ranks as processes on several sites, one world, the
+// rank environment; cancel, rank failures, dead participants and a frozen
+// coordinator.
+#include <google/protobuf/util/json_util.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <map>
+#include <regex>
+#include <set>
+
+#include "fedgate/v1/jobs.pb.h"
+#include "tests/support/harness.h"
+
+namespace fedgate::testing {
+namespace {
+
+std::string AllreduceBin() { return FEDGATE_ALLREDUCE_BIN; }
+
+class RunTest : public ::testing::Test {
+ protected:
+  void AddSite(const std::string& site, std::vector<std::string> peers, int gpus,
+               const std::string& model = "A100-80GB") {
+    SiteOptions o;
+    o.site = site;
+    o.peers = std::move(peers);
+    o.node_lines = {"{name: " + site + "-n1, address: 127.0.0.1, gpu_model: " + model +
+                    ", gpus: " + std::to_string(gpus) + "}"};
+    fed_.AddSite(o);
+  }
+  void SetUp() override { WriteTlsDir(tmp_ / "alice", ca_.User("vision", "alice")); }
+
+  CommandResult Alice(const std::string& site, std::vector<std::string> args) {
+    std::vector<std::string> argv = {FedctlBin(), "-o", "json", "--gateway", fed_.endpoint(site),
+                                     "--tls-dir", tmp_ / "alice"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunCommand(argv);
+  }
+  std::string Submit(const std::string& site, const std::string& spec) {
+    const std::string file = tmp_ / ("job-" + std::to_string(++n_) + ".yaml");
+    WriteText(file, spec);
+    auto r = Alice(site, {"jobs", "submit", "-f", file});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    v1::SubmitJobResponse resp;
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(r.out, &resp).ok()) << r.out;
+    return resp.job().id();
+  }
+  v1::Job Get(const std::string& site, const std::string& id) {
+    auto r = Alice(site, {"jobs", "get", id});
+    v1::GetJobResponse resp;
+    google::protobuf::util::JsonParseOptions lax;
+    lax.ignore_unknown_fields = true;
+    (void)google::protobuf::util::JsonStringToMessage(r.out, &resp, lax);
+    return resp.job();
+  }
+  bool WaitState(const std::string& site, const std::string& id, const std::string& state,
+                 int timeout_ms) {
+    return Eventually([&] { return Get(site, id).state() == state; }, timeout_ms, 100);
+  }
+  uint32_t Free(const std::string& viewer, const std::string& site) {
+    auto cap = fed_.Capacity(viewer);
+    if (!cap) return 0;
+    for (const auto& s : cap->sites()) {
+      if (s.site() == site) return s.free_gpus();
+    }
+    return 0;
+  }
+
+  TestCa ca_;
+  TestFederation fed_{&ca_};
+  TempDir tmp_;
+  int n_ = 0;
+};
+
+TEST_F(RunTest, StitchedJobFormsOneWorldWithAConsistentEnvironment) {
+  AddSite("site-a", {"site-b"}, 8);
+  AddSite("site-b", {"site-a", "site-c"}, 4);
+  AddSite("site-c", {"site-b"}, 16, "H100");
+  fed_.StartAll();
+  ASSERT_TRUE(Eventually([&] { return fed_.Converged({"site-a", "site-b", "site-c"}); }, 15000));
+  const std::string id = Submit(
+      "site-a", "name: ar\ngpus: 12\ngpu_models: [A100-80GB]\ncommand: [" + AllreduceBin() + "]\n");
+  ASSERT_TRUE(WaitState("site-a", id, "SUCCEEDED", 60000))
+      << Get("site-a", id).reason() << fed_.log("site-a");
+  const v1::Job job = Get("site-a", id);
+  ASSERT_EQ(job.run().sites_size(), 2);
+  EXPECT_EQ(job.run().sites(0).site(), "site-a");
+  EXPECT_EQ(job.run().sites(1).site(), "site-b");
+
+  // Every rank's log (rank 8..11 live on site-b and come through site-a).
+  std::regex head(R"(rank (\d+)/(\d+): site (\S+), local rank (\d+), group rank (\d+), GPU (\d+), master (\S+))");
+  std::set<int> ranks;
+  std::set<std::string> masters, worlds;
+  for (int r = 0; r < 12; ++r) {
+    auto log = RunCommand({FedctlBin(), "--gateway", fed_.endpoint("site-a"), "--tls-dir",
+                           tmp_ / "alice", "jobs", "logs", id, "--rank", std::to_string(r)});
+    ASSERT_EQ(log.exit_code, 0) << log.err;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(log.out, m, head)) << log.out;
+    ranks.insert(std::stoi(m[1]));
+    worlds.insert(m[2]);
+    masters.insert(m[7]);
+    EXPECT_EQ(m[3], r < 8 ? "site-a" : "site-b") << "rank " << r;
+    EXPECT_EQ(std::stoi(m[4]), r < 8 ? r : r - 8) << "LOCAL_RANK";
+    EXPECT_EQ(std::stoi(m[5]), r < 8 ? 0 : 1) << "GROUP_RANK";
+    EXPECT_NE(log.out.find("allreduce of 65536 doubles OK, every element = 78"), std::string::npos)
+        << log.out;
+  }
+  EXPECT_EQ(ranks.size(), 12u) << "ranks 0..11 once each";
+  EXPECT_EQ(*ranks.rbegin(), 11);
+  EXPECT_EQ(worlds, std::set<std::string>{"12"});
+  EXPECT_EQ(masters.size(), 1u) << "one MASTER_ADDR:MASTER_PORT for all";
+  // GPUs come back once the job ended.
+  EXPECT_TRUE(Eventually([&] { return Free("site-a", "site-b") == 4 && Free("site-a", "site-a") == 8; },
+                         10000));
+}
+
+TEST_F(RunTest, CompetingJobsNeverOverbookAndCancelFreesEveryGpu) {
+  AddSite("site-a", {"site-b"}, 4);
+  AddSite("site-b", {"site-a"}, 4);
+  fed_.StartAll();
+  ASSERT_TRUE(Eventually([&] { return fed_.Converged({"site-a", "site-b"}); }, 15000));
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    ids.push_back(Submit("site-a", "name: sleeper\ngpus: 6\ncommand: [sleep, '30']\n"));
+  }
+  // Only one 6-GPU job fits in 8 GPUs; the others wait. Watch for a while:
+  // never more than one running, never negative free GPUs.
+  std::string running;
+  for (int i = 0; i < 30; ++i) {
+    int n = 0;
+    for (const auto& id : ids) {
+      if (Get("site-a", id).state() == "RUNNING") {
+        ++n;
+        running = id;
+      }
+    }
+    ASSERT_LE(n, 1) << "two 6-GPU jobs on 8 GPUs";
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_FALSE(running.empty());
+  EXPECT_TRUE(Eventually([&] { return Free("site-b", "site-a") + Free("site-b", "site-b") == 2; },
+                         5000));
+  // Cancel everything: every GPU comes back on both sites.
+  for (const auto& id : ids) {
+    auto r = Alice("site-a", {"jobs", "cancel", id});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+  }
+  EXPECT_TRUE(Eventually(
+      [&] {
+        return Free("site-a", "site-a") == 4 && Free("site-a", "site-b") == 4 &&
+               Free("site-b", "site-a") == 4 && Free("site-b", "site-b") == 4;
+      },
+      10000))
+      << fed_.log("site-b");
+  EXPECT_EQ(Get("site-a", running).state(), "CANCELLED");
+  EXPECT_TRUE(fed_.Capacity("site-a").has_value()) << "both gateways alive: no invariant broke";
+  EXPECT_TRUE(fed_.Capacity("site-b").has_value());
+}
+
+TEST_F(RunTest, AFailingRankUsesUpTheAttemptsAndFailsWithAReason) {
+  AddSite("site-a", {}, 4);
+  fed_.StartAll();
+  ASSERT_TRUE(fed_.WaitReady("site-a"));
+  const std::string id = Submit("site-a", "name: bad\ngpus: 2\nmax_attempts: 2\ncommand: [false]\n");
+  ASSERT_TRUE(WaitState("site-a", id, "FAILED", 30000)) << Get("site-a", id).reason();
+  const v1::Job job = Get("site-a", id);
+  EXPECT_EQ(job.attempt(), 2u);
+  EXPECT_NE(job.reason().find("attempt 2 of 2 failed"), std::string::npos) << job.reason();
+  EXPECT_NE(job.reason().find("exit 1"), std::string::npos) << job.reason();
+  EXPECT_TRUE(Eventually([&] { return Free("site-a", "site-a") == 4; }, 5000));
+}
+
+TEST_F(RunTest, AKilledParticipantMakesTheJobRetryElsewhere) {
+  AddSite("site-a", {"site-b", "site-c"}, 4);
+  AddSite("site-b", {"site-a"}, 4);
+  AddSite("site-c", {"site-a"}, 4);
+  fed_.StartAll();
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto live = fed_.LiveSites("site-a");
+        return live.size() == 3;
+      },
+      15000));
+  // 6 GPUs need two sites; ties break by name, so site-a + site-b first.
+  const std::string id = Submit("site-a", "name: s\ngpus: 6\ncommand: [sleep, '4']\n");
+  ASSERT_TRUE(WaitState("site-a", id, "RUNNING", 20000)) << Get("site-a", id).reason();
+  const v1::Job first = Get("site-a", id);
+  ASSERT_EQ(first.run().sites(1).site(), "site-b");
+  fed_.Kill("site-b", SIGKILL);
+  ASSERT_TRUE(WaitState("site-a", id, "SUCCEEDED", 60000)) << Get("site-a", id).reason();
+  const v1::Job done = Get("site-a", id);
+  EXPECT_EQ(done.attempt(), 2u);
+  ASSERT_EQ(done.run().sites_size(), 2);
+  EXPECT_EQ(done.run().sites(1).site(), "site-c") << "the retry avoided the dead site";
+  ASSERT_EQ(done.run().avoided_sites_size(), 1);
+  EXPECT_EQ(done.run().avoided_sites(0), "site-b");
+}
+
+TEST_F(RunTest, AFrozenCoordinatorsSlicesStopAtTheLeaseAndFreeTheirGpus) {
+  AddSite("site-a", {"site-b"}, 1);
+  AddSite("site-b", {"site-a"}, 4);
+  fed_.StartAll();
+  ASSERT_TRUE(Eventually([&] { return fed_.Converged({"site-a", "site-b"}); }, 15000));
+  const std::string id =
+      Submit("site-a", "name: s\ngpus: 4\nallowed_sites: [site-b]\ncommand: [sleep, '60']\n");
+  ASSERT_TRUE(WaitState("site-a", id, "RUNNING", 20000)) << Get("site-a", id).reason();
+  ASSERT_TRUE(Eventually([&] { return Free("site-b", "site-b") == 0; }, 5000));
+  fed_.Kill("site-a", SIGSTOP);
+  const auto frozen = std::chrono::steady_clock::now();
+  // The lease is 3 s here (5 advertise intervals, at least 3 s).
+  ASSERT_TRUE(Eventually([&] { return Free("site-b", "site-b") == 4; }, 15000)) << fed_.log("site-b");
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - frozen).count();
+  std::printf("[ measure ] slice stopped and GPUs freed %.1f s after the coordinator froze\n", s);
+  EXPECT_GE(s, 2.5) << "not before the lease";
+  EXPECT_NE(fed_.log("site-b").find("lease expired"), std::string::npos);
+  fed_.Kill("site-a", SIGCONT);
+  // The coordinator finds the slice gone and runs the job again.
+  ASSERT_TRUE(Eventually([&] { return Get("site-a", id).attempt() >= 2; }, 20000))
+      << Get("site-a", id).reason();
+  Alice("site-a", {"jobs", "cancel", id});
+}
+
+}  // namespace
+}  // namespace fedgate::testing
