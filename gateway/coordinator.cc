@@ -10,6 +10,7 @@
 #include "federation/queue_policy.h"
 #include "federation/str_cat.h"
 #include "gateway/core.h"
+#include "gateway/crash_point.h"
 #include "gateway/participant.h"
 #include "gateway/tls.h"
 
@@ -159,8 +160,12 @@ void Coordinator::TryStart(JobRecord job) {
   for (const auto& s : capacity.sites()) {
     if (!reachable.contains(s.site())) spec.add_avoided_sites(s.site());
   }
-  for (const auto& s : run.avoided_sites()) spec.add_avoided_sites(s);
-  auto plan = core_->Plan(spec);
+  v1::JobSpec avoiding = spec;
+  for (const auto& s : run.avoided_sites()) avoiding.add_avoided_sites(s);
+  auto plan = core_->Plan(avoiding);
+  // Sites that failed an earlier attempt are avoided while another placement
+  // exists; if none does, a failed site that is back up (fresh ad) may serve.
+  if (plan.ok() && !plan->placeable() && run.avoided_sites_size() > 0) plan = core_->Plan(spec);
   const int64_t now = core_->clock()->NowMs();
   if (!plan.ok() || !plan->placeable()) {
     const std::string reason = plan.ok() ? StrCat("waiting for capacity: ", plan->summary())
@@ -204,6 +209,7 @@ void Coordinator::TryStart(JobRecord job) {
   job.run = next.SerializeAsString();
   job.updated_at_unix_ms = now;
   if (!store_->Save(job).ok()) return;
+  CrashPoint("coordinator-after-reserving");
 
   // Phase one: hold GPUs everywhere; rank 0's site also picks MASTER_PORT.
   std::string failed;
@@ -229,6 +235,7 @@ void Coordinator::TryStart(JobRecord job) {
     for (const auto& h : resp->holds()) gpus[h.node()].assign(h.indices().begin(), h.indices().end());
     std::map<std::string, size_t> used;
     for (auto& r : *site.mutable_ranks()) r.set_gpu(gpus[r.node()].at(used[r.node()]++));
+    CrashPoint("coordinator-after-prepare");
   }
   if (!failed.empty()) {
     for (const auto& site : next.sites()) {
@@ -253,22 +260,29 @@ void Coordinator::TryStart(JobRecord job) {
   if (!store_->Save(job).ok()) return;
   spdlog::info("job {} attempt {}: committed on {} site(s), master {}:{}", job.id, job.attempt,
                next.sites_size(), next.master_addr(), next.master_port());
+  CrashPoint("coordinator-after-decision");
   for (const auto& site : next.sites()) {
-    v1::CommitRequest c;
-    *c.mutable_key() = Key(job, epoch);
-    *c.mutable_ranks() = site.ranks();
-    c.set_world_size(next.world_size());
-    c.set_master_addr(next.master_addr());
-    c.set_master_port(next.master_port());
-    *c.mutable_command() = job.spec.command();
-    *c.mutable_env() = job.spec.env();
-    c.set_lease_ms(lease_ms_);
-    if (auto st = Commit(site.site(), c); !st.ok()) {
+    if (auto st = CommitSite(job, next, site); !st.ok()) {
       Fail(job, next, StrCat("commit failed at ", site.site(), ": ", st.message()), site.site());
       return;
     }
     last_ok_[job.id][site.site()] = core_->clock()->NowMs();
+    CrashPoint("coordinator-after-first-commit");
   }
+}
+
+absl::Status Coordinator::CommitSite(const JobRecord& job, const v1::RunPlan& run,
+                                     const v1::SiteRun& site) {
+  v1::CommitRequest c;
+  *c.mutable_key() = Key(job, run.epoch());
+  *c.mutable_ranks() = site.ranks();
+  c.set_world_size(run.world_size());
+  c.set_master_addr(run.master_addr());
+  c.set_master_port(run.master_port());
+  *c.mutable_command() = job.spec.command();
+  *c.mutable_env() = job.spec.env();
+  c.set_lease_ms(lease_ms_);
+  return Commit(site.site(), c);
 }
 
 void Coordinator::Drive(JobRecord job) {
@@ -308,6 +322,16 @@ void Coordinator::Drive(JobRecord job) {
       continue;
     }
     seen[site.site()] = now;
+    if (st->state() == "held") {
+      // The decision is durable but this site never got its commit (the
+      // coordinator restarted in between): re-drive it.
+      spdlog::info("job {}: re-sending the commit to {}", job.id, site.site());
+      if (auto c = CommitSite(job, run, site); !c.ok()) {
+        Fail(job, run, StrCat("commit failed at ", site.site(), ": ", c.message()), site.site());
+        return;
+      }
+      continue;
+    }
     if (st->state() == "succeeded") {
       ++succeeded;
     } else if (st->state() == "failed" || st->state() == "unknown") {
@@ -315,13 +339,14 @@ void Coordinator::Drive(JobRecord job) {
       for (const auto& [rank, code] : st->exit_codes()) {
         if (code != 0) codes += StrCat(codes.empty() ? "" : ", ", "rank ", rank, " exit ", code);
       }
-      // A site that lost the slice is avoided next time; ranks that exited
-      // non-zero (or a slice stopped by its lease) say nothing against the site.
+      // Only a silent site is avoided next time: ranks that exited non-zero,
+      // a slice stopped by its lease, or a slice lost in a gateway restart
+      // say nothing against the site.
       const bool lost = st->state() == "unknown";
       Fail(job, run,
-           StrCat("site ", site.site(), ": ", lost ? "lost the slice" : "", st->message(),
-                  codes.empty() ? "" : StrCat(" (", codes, ")")),
-           lost ? site.site() : "");
+           StrCat("site ", site.site(), ": ", lost ? "lost the slice (gateway restarted?)" : "",
+                  st->message(), codes.empty() ? "" : StrCat(" (", codes, ")")),
+           "");
       return;
     }
   }

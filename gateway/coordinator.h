@@ -40,6 +40,7 @@ class Coordinator {
   void Loop();
   void TryStart(JobRecord job);
   void Drive(JobRecord job);
+  absl::Status CommitSite(const JobRecord& job, const v1::RunPlan& run, const v1::SiteRun& site);
   void Fail(JobRecord job, const v1::RunPlan& run, const std::string& reason,
             const std::string& bad_site);
 

@@ -38,7 +38,7 @@ absl::Status Gateway::Start() {
       config_, clock_.get(), store_.get(),
       std::make_unique<federation::StaticInventory>(config_.nodes), metrics_.get());
   if (auto st = core_->Init(); !st.ok()) return st;
-  participant_ = std::make_unique<Participant>(config_, clock_.get());
+  participant_ = std::make_unique<Participant>(config_, clock_.get(), store_.get());
   core_->SetFreeGpusFn([p = participant_.get()] { return p->FreeGpus(); });
   participant_->SetOnCapacityChange([c = core_.get()] { (void)c->Tick(); });
   if (auto st = core_->Tick(); !st.ok()) return st;

@@ -7,11 +7,15 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <optional>
 #include <fstream>
 #include <sstream>
 
 #include "federation/clock.h"
 #include "federation/str_cat.h"
+#include "gateway/crash_point.h"
+#include "gateway/store.h"
 
 namespace fedgate::gateway {
 namespace {
@@ -39,12 +43,68 @@ constexpr int64_t kKillGraceMs = 3000;
 
 }  // namespace
 
-Participant::Participant(const Config& config, const federation::Clock* clock)
-    : config_(config), clock_(clock), ledger_(NodeSizes(config)) {}
+// The start time of a process (clock ticks since boot), to tell a rank from
+// an unrelated process that reused its pid.
+std::optional<uint64_t> ProcStartTime(pid_t pid) {
+  std::ifstream f(StrCat("/proc/", pid, "/stat"));
+  std::string stat;
+  if (!std::getline(f, stat)) return std::nullopt;
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream rest(stat.substr(close + 2));
+  std::string field;
+  for (int i = 3; i <= 22; ++i) {  // field 22 is starttime
+    if (!(rest >> field)) return std::nullopt;
+  }
+  return std::stoull(field);
+}
+
+Participant::Participant(const Config& config, const federation::Clock* clock, Store* store)
+    : config_(config), clock_(clock), store_(store), ledger_(NodeSizes(config)) {}
+
+void Participant::CleanUpAfterRestart() {
+  auto stored = store_ != nullptr ? store_->LoadSlices() : std::vector<StoredSlice>{};
+  if (!stored.ok()) return;
+  std::lock_guard lock(mu_);
+  for (const auto& ss : *stored) {
+    Slice s;
+    s.key.set_job_id(ss.job_id);
+    s.key.set_attempt(ss.attempt);
+    s.key.set_epoch(ss.epoch);
+    s.state = "failed";
+    s.message = "the gateway restarted while the slice ran; its ranks were stopped";
+    s.stopping = true;
+    std::istringstream in(ss.procs);
+    std::string entry;
+    int killed = 0;
+    while (std::getline(in, entry, ',')) {
+      uint32_t rank = 0;
+      long pid = 0;
+      unsigned long long start = 0;
+      if (std::sscanf(entry.c_str(), "%u:%ld:%llu", &rank, &pid, &start) != 3) continue;
+      auto now_start = ProcStartTime(static_cast<pid_t>(pid));
+      if (now_start && *now_start == start) {
+        ::kill(-static_cast<pid_t>(pid), SIGKILL);
+        ++killed;
+      }
+      RankProc p;
+      p.rank = rank;
+      p.exited = true;
+      p.code = 128 + SIGKILL;
+      s.ranks.push_back(p);
+    }
+    spdlog::warn("job {}: found {} rank(s) of a slice from before the restart; stopped {}",
+                 ss.job_id, s.ranks.size(), killed);
+    latest_attempt_[ss.job_id] = ss.attempt;
+    slices_[ss.job_id] = std::move(s);
+    (void)store_->DeleteSlice(ss.job_id);
+  }
+}
 
 Participant::~Participant() { Stop(); }
 
 void Participant::Start() {
+  CleanUpAfterRestart();
   sweeper_ = std::thread([this] {
     while (!stop_) {
       Sweep();
@@ -96,6 +156,7 @@ absl::StatusOr<v1::PrepareResponse> Participant::Prepare(const v1::PrepareReques
     }
   }
   if (req.pick_master_port()) resp.set_master_port(PickFreePort());
+  CrashPoint("participant-after-prepare");
   spdlog::info("job {} attempt {} epoch {}: holding GPUs for {}", req.key().job_id(),
                req.key().attempt(), req.key().epoch(), req.site());
   if (on_change_) on_change_();
@@ -150,9 +211,22 @@ absl::Status Participant::Commit(const v1::CommitRequest& req) {
   }
   spdlog::info("job {} attempt {}: started {} rank(s) here", key.job_id(), key.attempt(),
                s.ranks.size());
+  if (store_ != nullptr) {
+    std::string procs;
+    for (const auto& p : s.ranks) {
+      if (p.pid <= 0) continue;
+      procs += StrCat(procs.empty() ? "" : ",", p.rank, ":", p.pid, ":",
+                      ProcStartTime(p.pid).value_or(0));
+    }
+    if (auto st = store_->PutSlice({key.job_id(), key.attempt(), key.epoch(), procs}); !st.ok()) {
+      spdlog::error("cannot record the ranks of job {}: {}", key.job_id(),
+                    std::string(st.message()));
+    }
+  }
   latest_attempt_[key.job_id()] = key.attempt();
   if (existing != slices_.end()) StopSliceLocked(&existing->second, "replaced by a newer attempt");
   slices_[key.job_id()] = std::move(s);
+  CrashPoint("participant-after-commit");
   return absl::OkStatus();
 }
 
@@ -269,6 +343,7 @@ void Participant::Sweep() {
       if (all_exited && ledger_.holds().contains(job) &&
           ledger_.holds().at(job).epoch == s.key.epoch()) {
         ledger_.Release(job);
+        if (store_ != nullptr) (void)store_->DeleteSlice(job);
         changed = true;
       }
     }

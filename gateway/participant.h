@@ -24,9 +24,14 @@ class Clock;
 
 namespace fedgate::gateway {
 
+class Store;
+
 class Participant {
  public:
-  Participant(const Config& config, const federation::Clock* clock);
+  // `store` remembers the rank processes of running slices, so that after a
+  // crash the restarted gateway stops them (and reports their slices failed)
+  // instead of leaving them running untracked.
+  Participant(const Config& config, const federation::Clock* clock, Store* store);
   ~Participant();
   void Start();
   void Stop();
@@ -60,11 +65,13 @@ class Participant {
     int64_t kill_at_ms = 0;
   };
   void Sweep();
+  void CleanUpAfterRestart();
   void StopSliceLocked(Slice* s, const std::string& why);
   std::string LogPath(const std::string& job, uint32_t attempt, uint32_t rank) const;
 
   Config config_;
   const federation::Clock* clock_;
+  Store* store_;
   ProcessExecutor exec_;
   std::mutex mu_;
   federation::ReservationLedger ledger_;

@@ -39,6 +39,9 @@ absl::StatusOr<pid_t> ProcessExecutor::Launch(const RankProcessSpec& spec) {
   posix_spawn_file_actions_addopen(&fa, 1, spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND,
                                    0644);
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  // Ranks must not inherit the gateway's sockets and files (listening ports,
+  // the store): a rank outliving a crashed gateway would block its restart.
+  posix_spawn_file_actions_addclosefrom_np(&fa, 3);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |

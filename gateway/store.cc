@@ -26,6 +26,9 @@ const char* const kMigrations[] = {
     "CREATE INDEX jobs_by_tenant ON jobs(tenant, id);",
     // 3: the run plan (virtual cluster, epoch) of a job's latest attempt.
     "ALTER TABLE jobs ADD COLUMN run BLOB NOT NULL DEFAULT x'';",
+    // 4: rank processes a participant started, so a restart can clean up.
+    "CREATE TABLE slices (job_id TEXT PRIMARY KEY, attempt INTEGER NOT NULL,"
+    "                     epoch INTEGER NOT NULL, procs TEXT NOT NULL);",
 };
 
 class Stmt {
@@ -156,6 +159,42 @@ absl::Status Store::DeletePeer(const std::string& site) {
     return absl::NotFoundError(fedgate::StrCat("no stored peer \"", site, "\""));
   }
   return absl::OkStatus();
+}
+
+absl::Status Store::PutSlice(const StoredSlice& s) {
+  std::lock_guard lock(mu_);
+  Stmt st(db_,
+          "INSERT INTO slices(job_id, attempt, epoch, procs) VALUES(?1, ?2, ?3, ?4) "
+          "ON CONFLICT(job_id) DO UPDATE SET attempt=excluded.attempt, epoch=excluded.epoch, "
+          "procs=excluded.procs;");
+  if (!st.ok()) return absl::InternalError(sqlite3_errmsg(db_));
+  st.Bind(1, s.job_id);
+  st.Bind(2, static_cast<int64_t>(s.attempt));
+  st.Bind(3, static_cast<int64_t>(s.epoch));
+  st.Bind(4, s.procs);
+  if (sqlite3_step(st.get()) != SQLITE_DONE) return absl::InternalError(sqlite3_errmsg(db_));
+  return absl::OkStatus();
+}
+
+absl::Status Store::DeleteSlice(const std::string& job_id) {
+  std::lock_guard lock(mu_);
+  Stmt st(db_, "DELETE FROM slices WHERE job_id = ?1;");
+  if (!st.ok()) return absl::InternalError(sqlite3_errmsg(db_));
+  st.Bind(1, job_id);
+  if (sqlite3_step(st.get()) != SQLITE_DONE) return absl::InternalError(sqlite3_errmsg(db_));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<StoredSlice>> Store::LoadSlices() {
+  std::lock_guard lock(mu_);
+  Stmt st(db_, "SELECT job_id, attempt, epoch, procs FROM slices;");
+  if (!st.ok()) return absl::InternalError(sqlite3_errmsg(db_));
+  std::vector<StoredSlice> out;
+  while (sqlite3_step(st.get()) == SQLITE_ROW) {
+    out.push_back({Col(st.get(), 0), static_cast<uint32_t>(sqlite3_column_int64(st.get(), 1)),
+                   static_cast<uint64_t>(sqlite3_column_int64(st.get(), 2)), Col(st.get(), 3)});
+  }
+  return out;
 }
 
 absl::StatusOr<std::optional<std::string>> Store::GetKv(const std::string& key) {

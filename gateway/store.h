@@ -22,6 +22,13 @@ struct StoredPeer {
   int64_t added_at_unix_ms = 0;
 };
 
+struct StoredSlice {
+  std::string job_id;
+  uint32_t attempt = 0;
+  uint64_t epoch = 0;
+  std::string procs;  // "rank:pid:starttime" entries, comma separated
+};
+
 class Store {
  public:
   // Creates data_dir if needed, opens (or creates) fedgate.db and migrates it.
@@ -34,6 +41,11 @@ class Store {
   absl::Status UpsertPeer(const StoredPeer& peer);
   // Returns NOT_FOUND when no such peer was stored.
   absl::Status DeletePeer(const std::string& site);
+
+  // Rank processes a participant runs (for cleanup after a crash).
+  absl::Status PutSlice(const StoredSlice& s);
+  absl::Status DeleteSlice(const std::string& job_id);
+  absl::StatusOr<std::vector<StoredSlice>> LoadSlices();
 
   absl::StatusOr<std::optional<std::string>> GetKv(const std::string& key);
   absl::Status PutKv(const std::string& key, const std::string& value);

@@ -126,11 +126,15 @@ void TestFederation::WriteConfig(const std::string& site) {
   WriteText(tmp_ / (site + "/fedgate.yaml"), y.str());
 }
 
-void TestFederation::Start(const std::string& site) {
+void TestFederation::Start(const std::string& site, const std::vector<std::string>& env) {
   WriteConfig(site);
   Site& s = sites_.at(site);
   s.proc = Process::Spawn({FedgateBin(), "--config", tmp_ / (site + "/fedgate.yaml")},
-                          tmp_ / (site + "/fedgate.log"));
+                          tmp_ / (site + "/fedgate.log"), env);
+}
+
+std::optional<int> TestFederation::WaitExit(const std::string& site, int timeout_ms) {
+  return sites_.at(site).proc->Wait(timeout_ms);
 }
 
 void TestFederation::StartAll() {

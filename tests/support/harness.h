@@ -55,7 +55,10 @@ class TestFederation {
 
   // Allocates ports and writes certificates; configs are written at Start.
   void AddSite(const SiteOptions& opts);
-  void Start(const std::string& site);
+  // `env`: extra NAME=VALUE for this start only (e.g. FEDGATE_CRASH_AT).
+  void Start(const std::string& site, const std::vector<std::string>& env = {});
+  // Waits for the site's process to exit; its exit code (128+signal).
+  std::optional<int> WaitExit(const std::string& site, int timeout_ms);
   void StartAll();
   // Waits for /readyz.
   bool WaitReady(const std::string& site, int timeout_ms = 20000);
