@@ -180,7 +180,7 @@ int main(int argc, char** argv) {
   const std::string endpoint = "127.0.0.1:" + std::to_string(grpc_port);
   std::ofstream(dir + "/fedgate.yaml")
       << "site: cn-beijing\nfederation: aidc\nlisten: {grpc: " << endpoint
-      << ", ops: 127.0.0.1:" << ops_port << "}\n"
+      << ", ops: 127.0.0.1:" << ops_port << ", http: 127.0.0.1:" << FreePort() << "}\n"
       << "tls: {ca: ca.pem, cert: cert.pem, key: key.pem}\ndata_dir: data\n"
       << "inventory:\n  nodes:\n    - {name: n1, address: 127.0.0.1, gpu_model: H100, gpus: 8}\n";
 

@@ -12,6 +12,7 @@
 #include "gateway/coordinator.h"
 #include "gateway/core.h"
 #include "gateway/participant.h"
+#include "gateway/rest_server.h"
 #include "gateway/job_manager.h"
 #include "gateway/job_store.h"
 #include "gateway/metrics.h"
@@ -105,6 +106,12 @@ absl::Status Gateway::Start() {
                                                " (address in use or TLS files unusable)"));
   }
 
+  if (job_store_) {
+    auto rest = RestServer::Start(config_, job_manager_.get(), metrics_.get());
+    if (!rest.ok()) return rest.status();
+    rest_ = std::move(*rest);
+  }
+
   links_ = std::make_unique<PeerLinks>(core_.get());
   if (config_.bench_probe_on_peer_up) {
     links_->SetOnLinkUp([p = prober_.get()](const std::string& site) { p->Enqueue(site); });
@@ -116,9 +123,10 @@ absl::Status Gateway::Start() {
   participant_->Start();
   if (coordinator_) coordinator_->Start();
   ready_ = true;
-  spdlog::info("fedgate {} site {} (federation {}) serving gRPC on port {}, ops on port {}; {} "
-               "node(s), {} approved peer(s)",
-               kVersion, config_.site, config_.federation, grpc_port_, ops_->port(),
+  spdlog::info("fedgate {} site {} (federation {}) serving gRPC on port {}, REST on port {}, ops "
+               "on port {}; {} node(s), {} approved peer(s)",
+               kVersion, config_.site, config_.federation, grpc_port_, rest_ ? rest_->port() : 0,
+               ops_->port(),
                config_.nodes.size(), core_->Peers().size());
   return absl::OkStatus();
 }
@@ -149,6 +157,7 @@ void Gateway::Stop() {
     core_->Withdraw();
     links_->Shutdown(1000);
   }
+  if (rest_) rest_->Stop();
   if (server_) {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     server_->Wait();

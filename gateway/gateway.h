@@ -26,6 +26,7 @@ class PeerServiceImpl;
 class AdminServiceImpl;
 class JobServiceImpl;
 class JobManager;
+class RestServer;
 class JobStore;
 class Participant;
 class Coordinator;
@@ -59,6 +60,7 @@ class Gateway {
   std::unique_ptr<JobStore> job_store_;
   std::unique_ptr<JobManager> job_manager_;
   std::unique_ptr<JobServiceImpl> job_service_;
+  std::unique_ptr<RestServer> rest_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<PeerLinks> links_;
   std::unique_ptr<BenchHost> bench_host_;

@@ -218,6 +218,7 @@ TEST(FedgateDaemon, PortInUseFailsLoudly) {
   WriteTlsDir(dir / "tls", ca.Gateway("cn-beijing"));
   WriteText(dir / "c.yaml", "site: cn-beijing\nfederation: aidc\nlisten: {grpc: " +
                                 fed.endpoint("cn-beijing") + ", ops: 127.0.0.1:" +
+                                std::to_string(FreePort()) + ", http: 127.0.0.1:" +
                                 std::to_string(FreePort()) +
                                 "}\ntls: {ca: tls/ca.pem, cert: tls/cert.pem, key: tls/key.pem}\n"
                                 "data_dir: data\ninventory:\n  nodes:\n"

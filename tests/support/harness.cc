@@ -95,6 +95,7 @@ void TestFederation::AddSite(const SiteOptions& opts) {
   s.opts = opts;
   s.grpc_port = FreePort();
   s.ops_port = FreePort();
+  s.http_port = FreePort();
   WriteTlsDir(tmp_ / (opts.site + "/tls"), ca_->Gateway(opts.site));
   s.admin = ca_->Admin(opts.site);
   WriteTlsDir(tmp_ / (opts.site + "/admin"), s.admin);
@@ -109,7 +110,8 @@ void TestFederation::WriteConfig(const std::string& site) {
   const Site& s = sites_.at(site);
   std::ostringstream y;
   y << "site: " << site << "\nfederation: " << ca_->federation() << "\n"
-    << "listen:\n  grpc: " << endpoint(site) << "\n  ops: 127.0.0.1:" << s.ops_port << "\n"
+    << "listen:\n  grpc: " << endpoint(site) << "\n  ops: 127.0.0.1:" << s.ops_port
+    << "\n  http: 127.0.0.1:" << s.http_port << "\n"
     << "tls: {ca: tls/ca.pem, cert: tls/cert.pem, key: tls/key.pem"
     << (s.opts.tls_reload.empty() ? "" : ", reload_interval: " + s.opts.tls_reload) << "}\n"
     << "data_dir: data\ninventory:\n  nodes:\n";

@@ -68,6 +68,7 @@ class TestFederation {
 
   std::string endpoint(const std::string& site) const;
   int ops_port(const std::string& site) const { return sites_.at(site).ops_port; }
+  int http_port(const std::string& site) const { return sites_.at(site).http_port; }
   pid_t pid(const std::string& site) const { return sites_.at(site).proc->pid(); }
   std::string dir(const std::string& site) const { return tmp_ / site; }
   std::string log(const std::string& site) const { return ReadText(tmp_ / (site + "/fedgate.log")); }
@@ -87,6 +88,7 @@ class TestFederation {
     SiteOptions opts;
     int grpc_port = 0;
     int ops_port = 0;
+    int http_port = 0;
     TlsFiles admin;
     std::unique_ptr<Process> proc;
     std::unique_ptr<v1::AdminService::Stub> stub;

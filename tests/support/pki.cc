@@ -33,7 +33,14 @@ TlsFiles TestCa::Leaf(const std::vector<std::string>& uris, int64_t not_before_o
 }
 
 TlsFiles TestCa::Gateway(const std::string& site) const {
-  return Leaf({"spiffe://" + federation_ + "/site/" + site + "/gateway"});
+  // With loopback SANs so HTTPS clients (curl) can verify it by address.
+  gateway::CertSpec spec;
+  spec.common_name = site;
+  spec.uris = {"spiffe://" + federation_ + "/site/" + site + "/gateway"};
+  spec.dns = {"localhost"};
+  spec.ips = {"127.0.0.1"};
+  auto kc = Must(gateway::MakeCertificate(spec, &ca_));
+  return {ca_.cert_pem, kc.cert_pem, kc.key_pem};
 }
 
 TlsFiles TestCa::Admin(const std::string& site, const std::string& name) const {

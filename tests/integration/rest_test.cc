@@ -1,0 +1,107 @@
+// The REST/JSON job API with curl and client certificates: the same
+// operations and roles as gRPC; hostile bodies get 400/413 and change nothing.
+#include <gtest/gtest.h>
+
+#include "tests/support/harness.h"
+
+namespace fedgate::testing {
+namespace {
+
+class RestTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SiteOptions a;
+    a.site = "cn-beijing";
+    a.node_lines = {"{name: bj-1, address: 127.0.0.1, gpu_model: A100-80GB, gpus: 8}"};
+    fed_.AddSite(a);
+    fed_.Start("cn-beijing");
+    ASSERT_TRUE(fed_.WaitReady("cn-beijing")) << fed_.log("cn-beijing");
+    WriteTlsDir(tmp_ / "alice", ca_.User("vision", "alice"));
+    WriteTlsDir(tmp_ / "bob", ca_.User("speech", "bob"));
+    WriteTlsDir(tmp_ / "peer", ca_.Gateway("cn-shanghai"));
+  }
+  // Returns {http status, body}; status 0 when curl itself failed.
+  std::pair<int, std::string> Curl(const std::string& who, const std::string& method,
+                                   const std::string& path, const std::string& body_file = "") {
+    std::vector<std::string> argv = {"/usr/bin/curl", "-s", "-o", tmp_ / "out", "-w",
+                                     "%{http_code}", "-X", method, "--cacert", tmp_ / "alice/ca.pem"};
+    if (!who.empty()) {
+      argv.insert(argv.end(), {"--cert", tmp_ / (who + "/cert.pem"), "--key", tmp_ / (who + "/key.pem")});
+    }
+    if (!body_file.empty()) {
+      argv.insert(argv.end(), {"-H", "Content-Type: application/json", "--data-binary", "@" + body_file});
+    }
+    argv.push_back("https://127.0.0.1:" + std::to_string(fed_.http_port("cn-beijing")) + path);
+    auto r = RunCommand(argv);
+    int code = 0;
+    try {
+      code = std::stoi(r.out);
+    } catch (...) {
+    }
+    return {code, ReadText(tmp_ / "out")};
+  }
+  std::string Body(const std::string& text) {
+    const std::string f = tmp_ / ("body-" + std::to_string(++n_));
+    WriteText(f, text);
+    return f;
+  }
+  std::string IdOf(const std::string& json) {
+    const auto p = json.find("\"id\":\"");
+    return p == std::string::npos ? "" : json.substr(p + 6, json.find('"', p + 6) - p - 6);
+  }
+  TestCa ca_;
+  TestFederation fed_{&ca_};
+  TempDir tmp_;
+  int n_ = 0;
+};
+
+TEST_F(RestTest, SubmitGetListCancelOverHttps) {
+  auto [code, body] = Curl("alice", "POST", "/v1/jobs",
+                           Body(R"({"spec": {"name": "r", "gpus": 2, "command": ["true"]},
+                                    "idempotency_key": "rest-1"})"));
+  ASSERT_EQ(code, 200) << body;
+  const std::string id = IdOf(body);
+  ASSERT_FALSE(id.empty()) << body;
+  EXPECT_NE(body.find("\"tenant\":\"vision\""), std::string::npos) << body;
+  auto again = Curl("alice", "POST", "/v1/jobs",
+                    Body(R"({"spec": {"name": "r", "gpus": 2, "command": ["true"]},
+                             "idempotency_key": "rest-1"})"));
+  EXPECT_EQ(IdOf(again.second), id) << "same key, same job";
+  auto got = Curl("alice", "GET", "/v1/jobs/" + id);
+  EXPECT_EQ(got.first, 200);
+  EXPECT_NE(got.second.find(id), std::string::npos);
+  auto list = Curl("alice", "GET", "/v1/jobs?page_size=10");
+  EXPECT_EQ(list.first, 200);
+  EXPECT_NE(list.second.find(id), std::string::npos);
+  EXPECT_EQ(Curl("bob", "GET", "/v1/jobs/" + id).first, 404) << "another tenant's job";
+  EXPECT_EQ(Curl("bob", "GET", "/v1/jobs").second.find(id), std::string::npos);
+  // The job may already have run (2 GPUs, `true`): cancel answers 200 or 409.
+  auto cancel = Curl("alice", "POST", "/v1/jobs/" + id + ":cancel");
+  EXPECT_TRUE(cancel.first == 200 || cancel.first == 409) << cancel.first << cancel.second;
+}
+
+TEST_F(RestTest, HostileRequestsGetClearErrorsAndChangeNothing) {
+  auto before = Curl("alice", "GET", "/v1/jobs").second;
+  auto bad = Curl("alice", "POST", "/v1/jobs", Body("{not json"));
+  EXPECT_EQ(bad.first, 400);
+  EXPECT_NE(bad.second.find("bad JSON body"), std::string::npos) << bad.second;
+  auto unknown = Curl("alice", "POST", "/v1/jobs",
+                      Body(R"({"spec": {"gpus": 1, "command": ["true"]}, "sudo": true})"));
+  EXPECT_EQ(unknown.first, 400);
+  EXPECT_NE(unknown.second.find("sudo"), std::string::npos) << unknown.second;
+  auto invalid = Curl("alice", "POST", "/v1/jobs", Body(R"({"spec": {"gpus": 0, "command": ["x"]}})"));
+  EXPECT_EQ(invalid.first, 400);
+  EXPECT_NE(invalid.second.find("gpus must be > 0"), std::string::npos) << invalid.second;
+  auto model = Curl("alice", "POST", "/v1/jobs",
+                    Body(R"({"spec": {"gpus": 1, "gpu_models": ["A10O"], "command": ["x"]}})"));
+  EXPECT_NE(model.second.find("unknown gpu model \\\"A10O\\\""), std::string::npos) << model.second;
+  auto huge = Curl("alice", "POST", "/v1/jobs", Body(std::string(2 << 20, ' ')));
+  EXPECT_EQ(huge.first, 413) << huge.second;
+  EXPECT_EQ(Curl("peer", "GET", "/v1/jobs").first, 403) << "a gateway is not a tenant";
+  EXPECT_EQ(Curl("", "GET", "/v1/jobs").first, 0) << "no client certificate: no TLS session";
+  EXPECT_EQ(Curl("alice", "DELETE", "/v1/jobs").first, 404);
+  EXPECT_EQ(Curl("alice", "GET", "/v1/jobs").second, before) << "nothing was stored";
+}
+
+}  // namespace
+}  // namespace fedgate::testing
