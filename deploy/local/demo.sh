@@ -185,4 +185,18 @@ alice vc get "$JOB"
 say "Each rank's result line (fedctl jobs logs $JOB --rank N, fetched through the coordinator)"
 for r in $(seq 0 11); do alice jobs logs "$JOB" --rank "$r" | grep 'allreduce'; done
 
+say "A real PyTorch program: init_process_group(\"gloo\", init_method=\"env://\"), 10 A100s of two sites"
+cat >"$WORK/torch.yaml" <<YAML
+name: torch-gloo
+gpus: 10
+gpu_models: [A100-80GB]
+command: [/usr/bin/python3, $REPO/deploy/workload/torch_allreduce.py]
+YAML
+TJOB=$(alice -o json jobs submit -f "$WORK/torch.yaml" | python3 -c 'import json,sys; print(json.load(sys.stdin)["job"]["id"])')
+if timeout 180 "$FEDCTL" --gateway "127.0.0.1:${GRPC_PORT[cn-beijing]}" --tls-dir "$WORK/alice" jobs watch "$TJOB"; then
+  for r in $(seq 0 9); do alice jobs logs "$TJOB" --rank "$r" | grep 'torch rank'; done
+else
+  echo "the torch job did not succeed (rank 0 below)"; alice jobs logs "$TJOB" --rank 0 || true
+fi
+
 say "Demo done"

@@ -227,5 +227,27 @@ TEST_F(RunTest, AFrozenCoordinatorsSlicesStopAtTheLeaseAndFreeTheirGpus) {
   Alice("site-a", {"jobs", "cancel", id});
 }
 
+TEST_F(RunTest, APyTorchGlooProgramFormsOneWorldAcrossSites) {
+  // Debian's python3-torch, init_process_group("gloo", init_method="env://"),
+  // nothing set but what fedgate gives every rank.
+  AddSite("site-a", {"site-b"}, 2);
+  AddSite("site-b", {"site-a"}, 2);
+  fed_.StartAll();
+  ASSERT_TRUE(Eventually([&] { return fed_.Converged({"site-a", "site-b"}); }, 15000));
+  const std::string script = std::string(FEDGATE_SOURCE_DIR) + "/deploy/workload/torch_allreduce.py";
+  const std::string id =
+      Submit("site-a", "name: torch\ngpus: 4\ncommand: [/usr/bin/python3, " + script + "]\n");
+  ASSERT_TRUE(WaitState("site-a", id, "SUCCEEDED", 120000)) << Get("site-a", id).reason();
+  for (int r = 0; r < 4; ++r) {
+    auto log = RunCommand({FedctlBin(), "--gateway", fed_.endpoint("site-a"), "--tls-dir",
+                           tmp_ / "alice", "jobs", "logs", id, "--rank", std::to_string(r)});
+    EXPECT_NE(log.out.find("torch rank " + std::to_string(r) + "/4: gloo all_reduce OK, every "
+                           "element = 10"),
+              std::string::npos)
+        << log.out;
+  }
+  EXPECT_EQ(Get("site-a", id).run().sites_size(), 2) << "two sites, one world";
+}
+
 }  // namespace
 }  // namespace fedgate::testing
