@@ -82,7 +82,14 @@ class AdminServiceImpl final : public v1::AdminService::CallbackService {
 
 class JobManager;
 
-class JobServiceImpl final : public v1::JobService::CallbackService {
+// Unary calls use the callback API; the two server streams (Watch, Logs) are
+// synchronous handlers that poll, on gRPC's sync thread pool.
+using JobServiceBase = v1::JobService::WithCallbackMethod_Plan<
+    v1::JobService::WithCallbackMethod_Submit<v1::JobService::WithCallbackMethod_Get<
+        v1::JobService::WithCallbackMethod_List<
+            v1::JobService::WithCallbackMethod_Cancel<v1::JobService::Service>>>>>;
+
+class JobServiceImpl final : public JobServiceBase {
  public:
   JobServiceImpl(GatewayCore* core, JobManager* jobs, const Authorizer* authz, Metrics* metrics)
       : core_(core), jobs_(jobs), authz_(authz), metrics_(metrics) {}
@@ -98,8 +105,10 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* Cancel(grpc::CallbackServerContext* ctx,
                                    const v1::CancelJobRequest* req,
                                    v1::CancelJobResponse* resp) override;
-  grpc::ServerUnaryReactor* Logs(grpc::CallbackServerContext* ctx, const v1::LogsRequest* req,
-                                 v1::LogsResponse* resp) override;
+  grpc::Status Logs(grpc::ServerContext* ctx, const v1::LogsRequest* req,
+                    grpc::ServerWriter<v1::LogsResponse>* writer) override;
+  grpc::Status Watch(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
+                     grpc::ServerWriter<v1::Job>* writer) override;
 
  private:
   GatewayCore* core_;

@@ -398,15 +398,40 @@ int main(int argc, char** argv) {
   } else if (jobs_logs->parsed()) {
     auto stub = fedgate::v1::JobService::NewStub(channel);
     grpc::ClientContext ctx;
-    SetDeadline(&ctx);
     fedgate::v1::LogsRequest req;
     req.set_id(job_id);
     req.set_rank(log_rank);
-    fedgate::v1::LogsResponse resp;
-    CheckRpc(stub->Logs(&ctx, req, &resp), g, "jobs logs");
-    // Raw output whatever -o says.
-    std::fwrite(resp.content().data(), 1, resp.content().size(), stdout);
-  } else if (jobs_watch->parsed() || vc_get->parsed()) {
+    req.set_follow(true);  // until the job ends, then exit
+    auto reader = stub->Logs(&ctx, req);
+    fedgate::v1::LogsResponse chunk;
+    while (reader->Read(&chunk)) {
+      // Raw output whatever -o says.
+      std::fwrite(chunk.content().data(), 1, chunk.content().size(), stdout);
+      std::fflush(stdout);
+    }
+    CheckRpc(reader->Finish(), g, "jobs logs");
+  } else if (jobs_watch->parsed()) {
+    auto stub = fedgate::v1::JobService::NewStub(channel);
+    grpc::ClientContext ctx;
+    fedgate::v1::WatchJobRequest req;
+    req.set_id(job_id);
+    auto reader = stub->Watch(&ctx, req);
+    fedgate::v1::Job j;
+    std::string final_state;
+    while (reader->Read(&j)) {
+      if (fmt == Format::kTable) {
+        std::printf("%s (attempt %u): %s\n", j.state().c_str(), j.attempt(), j.reason().c_str());
+      } else {
+        fedgate::v1::GetJobResponse one;
+        *one.mutable_job() = j;
+        Print(one, fmt, "");
+      }
+      std::fflush(stdout);
+      final_state = j.state();
+    }
+    CheckRpc(reader->Finish(), g, "jobs watch");
+    return final_state == "SUCCEEDED" ? 0 : 1;
+  } else if (vc_get->parsed()) {
     auto stub = fedgate::v1::JobService::NewStub(channel);
     std::string last;
     while (true) {

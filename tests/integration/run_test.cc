@@ -249,5 +249,31 @@ TEST_F(RunTest, APyTorchGlooProgramFormsOneWorldAcrossSites) {
   EXPECT_EQ(Get("site-a", id).run().sites_size(), 2) << "two sites, one world";
 }
 
+TEST_F(RunTest, WatchAndLogsStreamUntilTheJobEnds) {
+  AddSite("site-a", {}, 2);
+  fed_.StartAll();
+  ASSERT_TRUE(fed_.WaitReady("site-a"));
+  const std::string id = Submit(
+      "site-a", "name: talk\ngpus: 1\ncommand: [sh, -c, 'echo first; sleep 2; echo last']\n");
+  const std::vector<std::string> base = {FedctlBin(), "--gateway", fed_.endpoint("site-a"),
+                                         "--tls-dir", tmp_ / "alice"};
+  auto with = [&](std::vector<std::string> args) {
+    auto argv = base;
+    argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
+  };
+  // Started while the job is still queued or running: both follow it to the end.
+  auto logs = RunCommand(with({"jobs", "logs", id, "--rank", "0"}), {}, 60000);
+  EXPECT_EQ(logs.exit_code, 0) << logs.err;
+  EXPECT_EQ(logs.out, "first\nlast\n") << "the whole output, then exit at the end";
+  auto watch = RunCommand(with({"jobs", "watch", id}), {}, 60000);
+  EXPECT_EQ(watch.exit_code, 0) << watch.err;
+  EXPECT_NE(watch.out.find("SUCCEEDED (attempt 1)"), std::string::npos) << watch.out;
+  const std::string failing = Submit("site-a", "name: f\ngpus: 1\nmax_attempts: 1\ncommand: [false]\n");
+  auto w2 = RunCommand(with({"jobs", "watch", failing}), {}, 60000);
+  EXPECT_EQ(w2.exit_code, 1) << "watch exits non-zero when the job did not succeed";
+  EXPECT_NE(w2.out.find("FAILED"), std::string::npos) << w2.out;
+}
+
 }  // namespace
 }  // namespace fedgate::testing
