@@ -433,49 +433,28 @@ int main(int argc, char** argv) {
     return final_state == "SUCCEEDED" ? 0 : 1;
   } else if (vc_get->parsed()) {
     auto stub = fedgate::v1::JobService::NewStub(channel);
-    std::string last;
-    while (true) {
-      grpc::ClientContext ctx;
-      SetDeadline(&ctx);
-      fedgate::v1::GetJobRequest req;
-      req.set_id(job_id);
-      fedgate::v1::GetJobResponse resp;
-      CheckRpc(stub->Get(&ctx, req, &resp), g, jobs_watch->parsed() ? "jobs watch" : "vc get");
-      const auto& j = resp.job();
-      if (vc_get->parsed()) {
-        std::vector<std::vector<std::string>> rows;
-        for (const auto& site : j.run().sites()) {
-          for (const auto& r : site.ranks()) {
-            rows.push_back({absl::StrCat(r.rank()), site.site(), r.node(), absl::StrCat(r.gpu()),
-                            absl::StrCat(r.local_rank()), absl::StrCat(r.group_rank())});
-          }
-        }
-        std::string table = rows.empty()
-                                ? std::string("no virtual cluster yet (the job has not started)\n")
-                                : absl::StrFormat("world %u, master %s:%u, epoch %u\n",
-                                                  j.run().world_size(), j.run().master_addr(),
-                                                  j.run().master_port(), j.run().epoch()) +
-                                      fedgate::cli::RenderTable(
-                                          {"RANK", "SITE", "NODE", "GPU", "LOCAL RANK", "GROUP"},
-                                          rows);
-        Print(j.run(), fmt, table);
-        break;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    fedgate::v1::GetJobRequest req;
+    req.set_id(job_id);
+    fedgate::v1::GetJobResponse resp;
+    CheckRpc(stub->Get(&ctx, req, &resp), g, "vc get");
+    const auto& j = resp.job();
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& site : j.run().sites()) {
+      for (const auto& r : site.ranks()) {
+        rows.push_back({absl::StrCat(r.rank()), site.site(), r.node(), absl::StrCat(r.gpu()),
+                        absl::StrCat(r.local_rank()), absl::StrCat(r.group_rank())});
       }
-      const std::string line = absl::StrCat(j.state(), " (attempt ", j.attempt(), "): ", j.reason());
-      if (line != last) {
-        if (fmt == Format::kTable) {
-          std::printf("%s\n", line.c_str());
-        } else {
-          Print(resp, fmt, "");
-        }
-        std::fflush(stdout);
-        last = line;
-      }
-      if (j.state() == "SUCCEEDED" || j.state() == "FAILED" || j.state() == "CANCELLED") {
-        return j.state() == "SUCCEEDED" ? 0 : 1;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
     }
+    std::string table =
+        rows.empty() ? std::string("no virtual cluster yet (the job has not started)\n")
+                     : absl::StrFormat("world %u, master %s:%u, epoch %u\n", j.run().world_size(),
+                                       j.run().master_addr(), j.run().master_port(),
+                                       j.run().epoch()) +
+                           fedgate::cli::RenderTable(
+                               {"RANK", "SITE", "NODE", "GPU", "LOCAL RANK", "GROUP"}, rows);
+    Print(j.run(), fmt, table);
   } else if (jobs_list->parsed()) {
     auto stub = fedgate::v1::JobService::NewStub(channel);
     fedgate::v1::ListJobsResponse all;
