@@ -59,7 +59,7 @@ void Coordinator::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-v1::PeerService::Stub* Coordinator::Stub(const std::string& site) {
+std::shared_ptr<v1::PeerService::Stub> Coordinator::Stub(const std::string& site) {
   std::string endpoint;
   for (const auto& p : core_->Peers()) {
     if (p.site == site) endpoint = p.endpoint;
@@ -69,57 +69,74 @@ v1::PeerService::Stub* Coordinator::Stub(const std::string& site) {
   auto& slot = stubs_[site];
   if (!slot.second || slot.first != endpoint) {
     auto creds = MakePeerGatewayCredentials(provider_, core_->config().federation, site);
-    slot = {endpoint, v1::PeerService::NewStub(
-                          grpc::CreateCustomChannel(endpoint, creds, DefaultChannelArgs()))};
+    slot = {endpoint, std::shared_ptr<v1::PeerService::Stub>(v1::PeerService::NewStub(
+                          grpc::CreateCustomChannel(endpoint, creds, DefaultChannelArgs())))};
   }
-  return slot.second.get();
+  return slot.second;
+}
+
+void Coordinator::Forget(const std::string& site, const grpc::Status& st) {
+  if (st.error_code() != grpc::StatusCode::UNAVAILABLE &&
+      st.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+    return;
+  }
+  std::lock_guard lock(stubs_mu_);
+  stubs_.erase(site);
 }
 
 absl::StatusOr<v1::PrepareResponse> Coordinator::Prepare(const std::string& site,
                                                          v1::PrepareRequest req) {
   req.set_site(core_->config().site);
   if (site == core_->config().site) return local_->Prepare(req);
-  auto* stub = Stub(site);
+  auto stub = Stub(site);
   if (stub == nullptr) return absl::FailedPreconditionError(StrCat(site, " is not a peer"));
   grpc::ClientContext ctx;
   Deadline(&ctx);
   v1::PrepareResponse resp;
-  if (auto st = FromGrpc(stub->Prepare(&ctx, req, &resp)); !st.ok()) return st;
+  const grpc::Status st = stub->Prepare(&ctx, req, &resp);
+  Forget(site, st);
+  if (!st.ok()) return FromGrpc(st);
   return resp;
 }
 
 absl::Status Coordinator::Commit(const std::string& site, v1::CommitRequest req) {
   req.set_site(core_->config().site);
   if (site == core_->config().site) return local_->Commit(req);
-  auto* stub = Stub(site);
+  auto stub = Stub(site);
   if (stub == nullptr) return absl::FailedPreconditionError(StrCat(site, " is not a peer"));
   grpc::ClientContext ctx;
   Deadline(&ctx);
   v1::CommitResponse resp;
-  return FromGrpc(stub->Commit(&ctx, req, &resp));
+  const grpc::Status st = stub->Commit(&ctx, req, &resp);
+  Forget(site, st);
+  return FromGrpc(st);
 }
 
 absl::Status Coordinator::Abort(const std::string& site, v1::AbortRequest req) {
   req.set_site(core_->config().site);
   if (site == core_->config().site) return local_->Abort(req);
-  auto* stub = Stub(site);
+  auto stub = Stub(site);
   if (stub == nullptr) return absl::FailedPreconditionError(StrCat(site, " is not a peer"));
   grpc::ClientContext ctx;
   Deadline(&ctx);
   v1::AbortResponse resp;
-  return FromGrpc(stub->Abort(&ctx, req, &resp));
+  const grpc::Status st = stub->Abort(&ctx, req, &resp);
+  Forget(site, st);
+  return FromGrpc(st);
 }
 
 absl::StatusOr<v1::SliceStatusResponse> Coordinator::Status(const std::string& site,
                                                             v1::SliceStatusRequest req) {
   req.set_site(core_->config().site);
   if (site == core_->config().site) return local_->Status(req);
-  auto* stub = Stub(site);
+  auto stub = Stub(site);
   if (stub == nullptr) return absl::FailedPreconditionError(StrCat(site, " is not a peer"));
   grpc::ClientContext ctx;
   Deadline(&ctx);
   v1::SliceStatusResponse resp;
-  if (auto st = FromGrpc(stub->SliceStatus(&ctx, req, &resp)); !st.ok()) return st;
+  const grpc::Status st = stub->SliceStatus(&ctx, req, &resp);
+  Forget(site, st);
+  if (!st.ok()) return FromGrpc(st);
   return resp;
 }
 
@@ -403,7 +420,7 @@ absl::StatusOr<v1::ReadLogResponse> Coordinator::ReadLog(const JobRecord& job, u
     for (const auto& r : site.ranks()) {
       if (r.rank() != rank) continue;
       if (site.site() == core_->config().site) return local_->ReadLog(job.id, rank);
-      auto* stub = Stub(site.site());
+      auto stub = Stub(site.site());
       if (stub == nullptr) return absl::UnavailableError(StrCat(site.site(), " is not a peer"));
       v1::ReadLogRequest req;
       req.set_site(core_->config().site);

@@ -44,7 +44,9 @@ class Coordinator {
   void Fail(JobRecord job, const v1::RunPlan& run, const std::string& reason,
             const std::string& bad_site);
 
-  v1::PeerService::Stub* Stub(const std::string& site);
+  std::shared_ptr<v1::PeerService::Stub> Stub(const std::string& site);
+  // Drops a site's channel after a transport failure; the next call dials anew.
+  void Forget(const std::string& site, const grpc::Status& st);
   absl::StatusOr<v1::PrepareResponse> Prepare(const std::string& site, v1::PrepareRequest req);
   absl::Status Commit(const std::string& site, v1::CommitRequest req);
   absl::Status Abort(const std::string& site, v1::AbortRequest req);
@@ -57,7 +59,8 @@ class Coordinator {
   int64_t lease_ms_;
   std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider_;
   std::mutex stubs_mu_;
-  std::map<std::string, std::pair<std::string, std::unique_ptr<v1::PeerService::Stub>>> stubs_;
+  // Shared: a call in flight keeps its stub alive if Forget() drops it meanwhile.
+  std::map<std::string, std::pair<std::string, std::shared_ptr<v1::PeerService::Stub>>> stubs_;
   std::map<std::string, std::map<std::string, int64_t>> last_ok_;  // job -> site -> ms
   uint64_t last_epoch_ = 0;
   std::atomic<bool> stop_{false};
