@@ -23,6 +23,12 @@ void FlushModels(v1::SiteCapacity* site, const std::map<std::string, v1::ModelCa
 
 }  // namespace
 
+// An origin is silent (down) after a few intervals without a newer seq.
+static bool Silent(const StoredAd& stored, int64_t now_ms) {
+  const int64_t interval = std::max<int64_t>(stored.ad.interval_ms(), 1);
+  return now_ms - stored.received_at_ms > kMissedIntervalsForDown * interval;
+}
+
 static uint32_t FreeOf(const Node& n, const FreeGpus& free) {
   auto it = free.find(n.name);
   return it == free.end() ? n.gpus : std::min(it->second, n.gpus);
@@ -70,8 +76,7 @@ v1::GetCapacityResponse BuildCapacityView(const std::string& self_site,
   for (const auto& stored : ads) {
     const auto& ad = stored.ad;
     if (ad.origin() == self_site || ad.withdrawn()) continue;
-    const int64_t interval = std::max<int64_t>(ad.interval_ms(), 1);
-    const bool down = now_ms - stored.received_at_ms > kMissedIntervalsForDown * interval;
+    const bool down = Silent(stored, now_ms);
     v1::SiteCapacity s;
     s.set_site(ad.origin());
     s.set_state(down ? "down" : "up");
@@ -104,9 +109,7 @@ std::vector<SiteOffer> BuildOffers(const std::string& self_site,
   for (const auto& stored : ads) {
     const auto& ad = stored.ad;
     if (ad.origin() == self_site || ad.withdrawn()) continue;
-    const int64_t interval = std::max<int64_t>(ad.interval_ms(), 1);
-    SiteOffer o{ad.origin(), now_ms - stored.received_at_ms <= kMissedIntervalsForDown * interval,
-                {}};
+    SiteOffer o{ad.origin(), !Silent(stored, now_ms), {}};
     for (const auto& n : ad.nodes()) {
       o.nodes.push_back({n.name(), n.gpu_model(), n.gpu_memory_gib(), n.free_gpus()});
     }

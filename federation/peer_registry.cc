@@ -51,8 +51,7 @@ absl::Status ValidateEndpoint(std::string_view endpoint, bool allow_zero_port) {
 PeerRegistry::PeerRegistry(std::string self_site, const Clock* clock, int64_t down_after_ms)
     : self_(std::move(self_site)), clock_(clock), down_after_ms_(down_after_ms) {}
 
-absl::Status PeerRegistry::Add(std::string_view site, std::string_view endpoint,
-                               std::string_view source) {
+absl::Status PeerRegistry::Validate(std::string_view site, std::string_view endpoint) const {
   if (!IsValidName(site)) {
     return absl::InvalidArgumentError(
         fedgate::StrCat("invalid site name \"", site, "\" (want 1-63 of [a-z0-9-])"));
@@ -60,7 +59,12 @@ absl::Status PeerRegistry::Add(std::string_view site, std::string_view endpoint,
   if (site == self_) {
     return absl::InvalidArgumentError(fedgate::StrCat("site \"", site, "\" is this gateway itself"));
   }
-  if (auto st = ValidateEndpoint(endpoint); !st.ok()) return st;
+  return ValidateEndpoint(endpoint);
+}
+
+absl::Status PeerRegistry::Add(std::string_view site, std::string_view endpoint,
+                               std::string_view source) {
+  if (auto st = Validate(site, endpoint); !st.ok()) return st;
   auto it = peers_.find(site);
   if (it == peers_.end()) {
     PeerInfo info;

@@ -33,6 +33,8 @@ class PeerRegistry {
   // Approves a peer. Re-adding an existing site updates its endpoint; a site
   // approved by the config keeps source "config".
   absl::Status Add(std::string_view site, std::string_view endpoint, std::string_view source);
+  // The checks Add makes, without changing anything.
+  absl::Status Validate(std::string_view site, std::string_view endpoint) const;
   // Withdraws an admin approval; config peers are refused with
   // FAILED_PRECONDITION, unknown ones with NOT_FOUND.
   absl::Status Remove(std::string_view site);

@@ -39,16 +39,13 @@ v1::ReservationKey Key(const JobRecord& job, uint64_t epoch) {
 
 }  // namespace
 
-Coordinator::Coordinator(GatewayCore* core, JobStore* store, Participant* local)
+Coordinator::Coordinator(GatewayCore* core, JobStore* store, Participant* local,
+                         std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider)
     : core_(core),
       store_(store),
       local_(local),
-      lease_ms_(std::max<int64_t>(3000, 5 * core->config().advertise_interval_ms)) {
-  const auto& c = core->config();
-  provider_ = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
-      c.tls_key, c.tls_cert, c.tls_ca,
-      static_cast<unsigned>(std::max<int64_t>(1, c.tls_reload_interval_ms / 1000)));
-}
+      lease_ms_(std::max<int64_t>(3000, 5 * core->config().advertise_interval_ms)),
+      provider_(std::move(provider)) {}
 
 Coordinator::~Coordinator() { Stop(); }
 
@@ -143,7 +140,7 @@ absl::StatusOr<v1::SliceStatusResponse> Coordinator::Status(const std::string& s
 void Coordinator::Loop() {
   federation::ShortestJobFirst policy;
   while (!stop_) {
-    auto jobs = store_->List("", "", "", 1000);
+    auto jobs = store_->ListActive(1000);
     if (jobs.ok()) {
       std::vector<federation::QueuedJob> queued;
       std::map<std::string, JobRecord> pending;
@@ -157,26 +154,31 @@ void Coordinator::Loop() {
           pending[j.id] = j;
         }
       }
+      // Only this site and its approved peers can be asked to run ranks:
+      // every other known site is avoided. Computed once per pass.
+      std::vector<std::string> unreachable;
+      if (!queued.empty()) {
+        std::set<std::string> reachable = {core_->config().site};
+        for (const auto& p : core_->Peers()) reachable.insert(p.site);
+        const auto capacity = core_->Capacity();
+        for (const auto& s : capacity.sites()) {
+          if (!reachable.contains(s.site())) unreachable.push_back(s.site());
+        }
+      }
       for (const auto& id : policy.Order(queued, core_->clock()->NowMs())) {
         if (stop_) break;
-        TryStart(pending[id]);
+        TryStart(pending[id], unreachable);
       }
     }
     for (int i = 0; i < 5 && !stop_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }
 
-void Coordinator::TryStart(JobRecord job) {
+void Coordinator::TryStart(JobRecord job, const std::vector<std::string>& unreachable) {
   v1::RunPlan run;
   run.ParseFromString(job.run);
-  // Only this site and its approved peers can be asked to run ranks.
   v1::JobSpec spec = job.spec;
-  std::set<std::string> reachable = {core_->config().site};
-  for (const auto& p : core_->Peers()) reachable.insert(p.site);
-  const auto capacity = core_->Capacity();
-  for (const auto& s : capacity.sites()) {
-    if (!reachable.contains(s.site())) spec.add_avoided_sites(s.site());
-  }
+  for (const auto& s : unreachable) spec.add_avoided_sites(s);
   v1::JobSpec avoiding = spec;
   for (const auto& s : run.avoided_sites()) avoiding.add_avoided_sites(s);
   auto plan = core_->Plan(avoiding);

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <grpcpp/security/tls_certificate_provider.h>
 
@@ -25,7 +26,8 @@ class Participant;
 
 class Coordinator {
  public:
-  Coordinator(GatewayCore* core, JobStore* store, Participant* local);
+  Coordinator(GatewayCore* core, JobStore* store, Participant* local,
+              std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider);
   ~Coordinator();
   void Start();
   void Stop();
@@ -38,7 +40,7 @@ class Coordinator {
 
  private:
   void Loop();
-  void TryStart(JobRecord job);
+  void TryStart(JobRecord job, const std::vector<std::string>& unreachable);
   void Drive(JobRecord job);
   absl::Status CommitSite(const JobRecord& job, const v1::RunPlan& run, const v1::SiteRun& site);
   void Fail(JobRecord job, const v1::RunPlan& run, const std::string& reason,

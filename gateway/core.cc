@@ -147,9 +147,8 @@ absl::StatusOr<v1::Peer> GatewayCore::AddPeer(const std::string& site,
                                               const std::string& endpoint) {
   {
     std::lock_guard lock(mu_);
-    // Validate on a scratch registry so a refused request changes nothing.
-    federation::PeerRegistry scratch(config_.site, clock_, DownAfterMs(config_));
-    if (auto st = scratch.Add(site, endpoint, "admin"); !st.ok()) return st;
+    // Validate first so a refused request changes nothing.
+    if (auto st = peers_.Validate(site, endpoint); !st.ok()) return st;
     for (const auto& p : peers_.List()) {
       if (p.site == site && p.source == "config") {
         return absl::FailedPreconditionError(
@@ -251,11 +250,6 @@ federation::LinkMatrix GatewayCore::LinksLocked() {
     m.MergeAll(stored.ad.links());
   }
   return m;
-}
-
-federation::LinkMatrix GatewayCore::Links() {
-  std::lock_guard lock(mu_);
-  return LinksLocked();
 }
 
 v1::ListLinksResponse GatewayCore::ListLinks() {

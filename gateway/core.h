@@ -55,8 +55,6 @@ class GatewayCore {
 
   // Records a link this site measured and re-advertises at once.
   void RecordLink(const v1::Link& link);
-  // The bandwidth matrix now: own probes plus links carried in fresh ads.
-  federation::LinkMatrix Links();
 
   // Re-issues this site's ad with a new seq and drops expired ads; run every
   // advertise interval and on every capacity change.
@@ -91,6 +89,7 @@ class GatewayCore {
 
  private:
   void UpdateGaugesLocked();
+  // The bandwidth matrix now: own probes plus links carried in fresh ads.
   federation::LinkMatrix LinksLocked();
 
   Config config_;

@@ -52,8 +52,12 @@ absl::Status Gateway::Start() {
       config_.federation, config_.site,
       [core = core_.get()](std::string_view site) { return core->IsApprovedPeer(site); },
       metrics_.get());
+  const unsigned reload_s =
+      static_cast<unsigned>(std::max<int64_t>(1, config_.tls_reload_interval_ms / 1000));
+  client_certs_ = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+      config_.tls_key, config_.tls_cert, config_.tls_ca, reload_s);
   bench_host_ = std::make_unique<BenchHost>();
-  prober_ = std::make_unique<Prober>(core_.get(), metrics_.get());
+  prober_ = std::make_unique<Prober>(core_.get(), metrics_.get(), client_certs_);
   peer_service_ = std::make_unique<PeerServiceImpl>(core_.get(), authz_.get(), metrics_.get(),
                                                     bench_host_.get(), participant_.get());
   admin_service_ = std::make_unique<AdminServiceImpl>(core_.get(), authz_.get(), metrics_.get(),
@@ -69,7 +73,8 @@ absl::Status Gateway::Start() {
   }
   job_manager_ = std::make_unique<JobManager>(core_.get(), job_store_.get());
   if (job_store_) {
-    coordinator_ = std::make_unique<Coordinator>(core_.get(), job_store_.get(), participant_.get());
+    coordinator_ = std::make_unique<Coordinator>(core_.get(), job_store_.get(), participant_.get(),
+                                                 client_certs_);
     job_manager_->SetCoordinator(coordinator_.get());
   }
   if (job_store_) {
@@ -88,8 +93,6 @@ absl::Status Gateway::Start() {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  const unsigned reload_s =
-      static_cast<unsigned>(std::max<int64_t>(1, config_.tls_reload_interval_ms / 1000));
   builder.AddListeningPort(
       config_.listen_grpc,
       MakeServerCredentials(config_.tls_ca, config_.tls_cert, config_.tls_key, reload_s),
@@ -112,7 +115,7 @@ absl::Status Gateway::Start() {
     rest_ = std::move(*rest);
   }
 
-  links_ = std::make_unique<PeerLinks>(core_.get());
+  links_ = std::make_unique<PeerLinks>(core_.get(), client_certs_);
   if (config_.bench_probe_on_peer_up) {
     links_->SetOnLinkUp([p = prober_.get()](const std::string& site) { p->Enqueue(site); });
   }

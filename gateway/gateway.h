@@ -6,6 +6,8 @@
 #include <memory>
 #include <thread>
 
+#include <grpcpp/security/tls_certificate_provider.h>
+
 #include "absl/status/status.h"
 #include "gateway/config.h"
 
@@ -62,6 +64,8 @@ class Gateway {
   std::unique_ptr<JobServiceImpl> job_service_;
   std::unique_ptr<RestServer> rest_;
   std::unique_ptr<grpc::Server> server_;
+  // One file-watching provider for every outgoing channel (peers, probes, jobs).
+  std::shared_ptr<grpc::experimental::CertificateProviderInterface> client_certs_;
   std::unique_ptr<PeerLinks> links_;
   std::unique_ptr<BenchHost> bench_host_;
   std::unique_ptr<Prober> prober_;

@@ -2,7 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <future>
+#include <thread>
 
 #include "federation/job_spec.h"
 #include "federation/str_cat.h"
@@ -15,6 +17,8 @@ namespace {
 bool Terminal(const std::string& state) {
   return state == "SUCCEEDED" || state == "FAILED" || state == "CANCELLED";
 }
+// How often the Watch and Logs streams look for news.
+constexpr auto kStreamPoll = std::chrono::milliseconds(300);
 }  // namespace
 
 JobManager::JobManager(GatewayCore* core, JobStore* store) : core_(core), store_(store) {}
@@ -158,6 +162,58 @@ absl::StatusOr<v1::LogsResponse> JobManager::Logs(const Identity& caller,
   resp.set_truncated(log->truncated());
   resp.set_state(r->state);
   return resp;
+}
+
+absl::Status JobManager::Watch(const Identity& caller, const std::string& id,
+                               const std::function<bool(const v1::Job&)>& emit,
+                               const std::function<bool()>& cancelled) {
+  std::string last;
+  v1::GetJobRequest get;
+  get.set_id(id);
+  while (!cancelled()) {
+    auto got = Get(caller, get);
+    if (!got.ok()) return got.status();
+    const auto& j = got->job();
+    const std::string key = StrCat(j.state(), "|", j.attempt(), "|", j.reason());
+    if (key != last) {
+      if (!emit(j)) return absl::CancelledError("client went away");
+      last = key;
+    }
+    if (Terminal(j.state())) return absl::OkStatus();
+    std::this_thread::sleep_for(kStreamPoll);
+  }
+  return absl::CancelledError("cancelled");
+}
+
+absl::Status JobManager::StreamLogs(const Identity& caller, const v1::LogsRequest& req,
+                                    const std::function<bool(const v1::LogsResponse&)>& emit,
+                                    const std::function<bool()>& cancelled) {
+  size_t sent = 0;
+  while (!cancelled()) {
+    auto log = Logs(caller, req);
+    if (!log.ok()) {
+      // Before the rank has started there is no log yet: keep waiting.
+      if (!req.follow() || !absl::IsNotFound(log.status())) return log.status();
+      auto job = Load(caller, req.id());
+      if (!job.ok()) return job.status();
+      if (Terminal(job->state)) return log.status();
+      std::this_thread::sleep_for(kStreamPoll);
+      continue;
+    }
+    const std::string& all = log->content();
+    if (all.size() < sent) sent = 0;  // a new attempt started a new log
+    if (all.size() > sent) {
+      v1::LogsResponse chunk;
+      chunk.set_content(all.substr(sent));
+      chunk.set_truncated(log->truncated());
+      chunk.set_state(log->state());
+      if (!emit(chunk)) return absl::CancelledError("client went away");
+      sent = all.size();
+    }
+    if (!req.follow() || Terminal(log->state())) return absl::OkStatus();
+    std::this_thread::sleep_for(kStreamPoll);
+  }
+  return absl::CancelledError("cancelled");
 }
 
 absl::StatusOr<v1::CancelJobResponse> JobManager::Cancel(const Identity& caller,

@@ -39,6 +39,16 @@ class JobManager {
                                                const v1::CancelJobRequest& req);
   absl::StatusOr<v1::LogsResponse> Logs(const Identity& caller, const v1::LogsRequest& req);
 
+  // Server streams. `emit` returns false when the client went away; both end
+  // with OK once the job has ended (Logs without `follow`: at once), or with
+  // CANCELLED when `cancelled()` turns true.
+  absl::Status Watch(const Identity& caller, const std::string& id,
+                     const std::function<bool(const v1::Job&)>& emit,
+                     const std::function<bool()>& cancelled);
+  absl::Status StreamLogs(const Identity& caller, const v1::LogsRequest& req,
+                          const std::function<bool(const v1::LogsResponse&)>& emit,
+                          const std::function<bool()>& cancelled);
+
  private:
   absl::StatusOr<JobRecord> Load(const Identity& caller, const std::string& id);
   v1::Job ToProto(const JobRecord& r, bool with_plan);

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "federation/str_cat.h"
+#include "gateway/sqlite_stmt.h"
 
 namespace fedgate::gateway {
 namespace {
@@ -14,30 +15,6 @@ constexpr size_t kMaxBatch = 512;
 
 absl::Status SqlError(sqlite3* db, std::string_view what) {
   return absl::InternalError(StrCat("store: ", what, ": ", sqlite3_errmsg(db)));
-}
-
-class Stmt {
- public:
-  Stmt(sqlite3* db, const char* sql) { sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
-  ~Stmt() { sqlite3_finalize(s_); }
-  sqlite3_stmt* get() { return s_; }
-  bool ok() const { return s_ != nullptr; }
-  void Text(int i, const std::string& v) {
-    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-  }
-  void Blob(int i, const std::string& v) {
-    sqlite3_bind_blob(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-  }
-  void Int(int i, int64_t v) { sqlite3_bind_int64(s_, i, v); }
-  void Null(int i) { sqlite3_bind_null(s_, i); }
-
- private:
-  sqlite3_stmt* s_ = nullptr;
-};
-
-std::string ColText(sqlite3_stmt* s, int i) {
-  const auto* t = sqlite3_column_text(s, i);
-  return t ? std::string(reinterpret_cast<const char*>(t), sqlite3_column_bytes(s, i)) : "";
 }
 
 constexpr const char* kColumns =
@@ -64,7 +41,7 @@ JobRecord Row(sqlite3_stmt* s) {
 absl::StatusOr<std::optional<JobRecord>> SelectOne(sqlite3* db, const char* where,
                                                    const std::vector<std::string>& args) {
   const std::string sql = StrCat("SELECT ", kColumns, " FROM jobs WHERE ", where, ";");
-  Stmt st(db, sql.c_str());
+  SqlStmt st(db, sql.c_str());
   if (!st.ok()) return SqlError(db, "select");
   for (size_t i = 0; i < args.size(); ++i) st.Text(static_cast<int>(i + 1), args[i]);
   const int rc = sqlite3_step(st.get());
@@ -198,7 +175,7 @@ void JobStore::SubmitAsync(JobRecord job,
             return absl::OkStatus();
           }
         }
-        Stmt ins(db, StrCat("INSERT INTO jobs(", kColumns,
+        SqlStmt ins(db, StrCat("INSERT INTO jobs(", kColumns,
                             ", name) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?11, ?10);")
                          .c_str());
         if (!ins.ok()) return SqlError(db, "insert");
@@ -250,7 +227,7 @@ absl::StatusOr<std::vector<JobRecord>> JobStore::List(const std::string& tenant,
       StrCat("SELECT ", kColumns,
              " FROM jobs WHERE (?1 = '' OR tenant = ?1) AND (?2 = '' OR state = ?2) AND id > ?3 "
              "ORDER BY id LIMIT ?4;");
-  Stmt st(reader_, sql.c_str());
+  SqlStmt st(reader_, sql.c_str());
   if (!st.ok()) return SqlError(reader_, "list");
   st.Text(1, tenant);
   st.Text(2, state);
@@ -263,9 +240,25 @@ absl::StatusOr<std::vector<JobRecord>> JobStore::List(const std::string& tenant,
   return out;
 }
 
+absl::StatusOr<std::vector<JobRecord>> JobStore::ListActive(int limit) {
+  std::lock_guard lock(read_mu_);
+  const std::string sql =
+      StrCat("SELECT ", kColumns,
+             " FROM jobs WHERE state IN ('PENDING', 'RESERVING', 'RUNNING') "
+             "ORDER BY created_at_unix_ms, id LIMIT ?1;");
+  SqlStmt st(reader_, sql.c_str());
+  if (!st.ok()) return SqlError(reader_, "list active");
+  st.Int(1, std::clamp(limit, 1, 100000));
+  std::vector<JobRecord> out;
+  int rc;
+  while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) out.push_back(Row(st.get()));
+  if (rc != SQLITE_DONE) return SqlError(reader_, "list active");
+  return out;
+}
+
 absl::Status JobStore::Save(const JobRecord& job) {
   return Enqueue([&](sqlite3* db) -> absl::Status {
-    Stmt up(db,
+    SqlStmt up(db,
             "UPDATE jobs SET state = ?2, reason = ?3, attempt = ?4, run = ?5, "
             "updated_at_unix_ms = ?6 WHERE id = ?1;");
     if (!up.ok()) return SqlError(db, "save");
@@ -284,7 +277,7 @@ absl::Status JobStore::Save(const JobRecord& job) {
 absl::Status JobStore::Update(const std::string& id, const std::string& state,
                               const std::string& reason, int64_t now_ms) {
   return Enqueue([&](sqlite3* db) -> absl::Status {
-    Stmt up(db, "UPDATE jobs SET state = ?2, reason = ?3, updated_at_unix_ms = ?4 WHERE id = ?1;");
+    SqlStmt up(db, "UPDATE jobs SET state = ?2, reason = ?3, updated_at_unix_ms = ?4 WHERE id = ?1;");
     if (!up.ok()) return SqlError(db, "update");
     up.Text(1, id);
     up.Text(2, state);

@@ -60,6 +60,8 @@ class JobStore {
                                               const std::string& after_id, int limit);
   // Durably writes state, reason, attempt and run of an existing job.
   absl::Status Save(const JobRecord& job);
+  // Jobs that have not ended (PENDING, RESERVING, RUNNING), oldest first.
+  absl::StatusOr<std::vector<JobRecord>> ListActive(int limit);
   // Sets state and reason; NOT_FOUND for an unknown id.
   absl::Status Update(const std::string& id, const std::string& state, const std::string& reason,
                       int64_t now_ms);

@@ -28,13 +28,8 @@ struct PeerLinks::Link {
   std::thread thread;
 };
 
-PeerLinks::PeerLinks(GatewayCore* core) : core_(core) {
-  const auto& c = core->config();
-  const unsigned reload_s =
-      static_cast<unsigned>(std::max<int64_t>(1, c.tls_reload_interval_ms / 1000));
-  provider_ = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
-      c.tls_key, c.tls_cert, c.tls_ca, reload_s);
-}
+PeerLinks::PeerLinks(GatewayCore* core, std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider)
+    : core_(core), provider_(std::move(provider)) {}
 
 PeerLinks::~PeerLinks() { Shutdown(0); }
 

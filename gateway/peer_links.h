@@ -23,7 +23,8 @@ int64_t BackoffMs(int failures, int64_t cap_ms);
 
 class PeerLinks {
  public:
-  explicit PeerLinks(GatewayCore* core);
+  // `provider`: the gateway's own certificate files, shared by its clients.
+  PeerLinks(GatewayCore* core, std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider);
   ~PeerLinks();
 
   // Called (on the link's thread) each time a link to a peer comes up.

@@ -14,12 +14,8 @@
 
 namespace fedgate::gateway {
 
-Prober::Prober(GatewayCore* core, Metrics* metrics) : core_(core), metrics_(metrics) {
-  const auto& c = core->config();
-  provider_ = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
-      c.tls_key, c.tls_cert, c.tls_ca,
-      static_cast<unsigned>(std::max<int64_t>(1, c.tls_reload_interval_ms / 1000)));
-}
+Prober::Prober(GatewayCore* core, Metrics* metrics, std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider)
+    : core_(core), metrics_(metrics), provider_(std::move(provider)) {}
 
 Prober::~Prober() { Stop(); }
 

@@ -25,7 +25,7 @@ class Metrics;
 
 class Prober {
  public:
-  Prober(GatewayCore* core, Metrics* metrics);
+  Prober(GatewayCore* core, Metrics* metrics, std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider);
   ~Prober();
   void Start();
   void Stop();

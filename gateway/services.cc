@@ -1,7 +1,5 @@
 #include "gateway/services.h"
 
-#include <chrono>
-#include <thread>
 
 #include "gateway/authz.h"
 #include "gateway/bench_host.h"
@@ -225,73 +223,6 @@ FEDGATE_JOB_RPC(List, ListJobsRequest, ListJobsResponse)
 FEDGATE_JOB_RPC(Cancel, CancelJobRequest, CancelJobResponse)
 #undef FEDGATE_JOB_RPC
 
-namespace {
-bool Ended(const std::string& state) {
-  return state == "SUCCEEDED" || state == "FAILED" || state == "CANCELLED";
-}
-constexpr auto kStreamPoll = std::chrono::milliseconds(300);
-}  // namespace
-
-grpc::Status JobServiceImpl::Watch(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
-                                   grpc::ServerWriter<v1::Job>* writer) {
-  auto caller = authz_->Authorize(*ctx->auth_context(), RpcClass::kJob, "Watch");
-  if (!caller.ok()) return ToGrpc(caller.status());
-  metrics_->Inc("fedgate_job_rpc_handled_total", {{"method", "Watch"}});
-  std::string last;
-  v1::GetJobRequest get;
-  get.set_id(req->id());
-  while (!ctx->IsCancelled()) {
-    auto got = jobs_->Get(*caller, get);
-    if (!got.ok()) return ToGrpc(got.status());
-    const auto& j = got->job();
-    const std::string key = StrCat(j.state(), "|", j.attempt(), "|", j.reason());
-    if (key != last) {
-      if (!writer->Write(j)) return grpc::Status::CANCELLED;
-      last = key;
-    }
-    if (Ended(j.state())) return grpc::Status::OK;
-    std::this_thread::sleep_for(kStreamPoll);
-  }
-  return grpc::Status::CANCELLED;
-}
-
-grpc::Status JobServiceImpl::Logs(grpc::ServerContext* ctx, const v1::LogsRequest* req,
-                                  grpc::ServerWriter<v1::LogsResponse>* writer) {
-  auto caller = authz_->Authorize(*ctx->auth_context(), RpcClass::kJob, "Logs");
-  if (!caller.ok()) return ToGrpc(caller.status());
-  metrics_->Inc("fedgate_job_rpc_handled_total", {{"method", "Logs"}});
-  size_t sent = 0;
-  while (!ctx->IsCancelled()) {
-    auto log = jobs_->Logs(*caller, *req);
-    if (!log.ok()) {
-      // Before the rank has started there is no log yet: keep waiting.
-      if (req->follow() && absl::IsNotFound(log.status())) {
-        v1::GetJobRequest get;
-        get.set_id(req->id());
-        auto j = jobs_->Get(*caller, get);
-        if (!j.ok()) return ToGrpc(j.status());
-        if (Ended(j->job().state())) return ToGrpc(log.status());
-        std::this_thread::sleep_for(kStreamPoll);
-        continue;
-      }
-      return ToGrpc(log.status());
-    }
-    const std::string& all = log->content();
-    if (all.size() < sent) sent = 0;  // a new attempt started a new log
-    if (all.size() > sent) {
-      v1::LogsResponse chunk;
-      chunk.set_content(all.substr(sent));
-      chunk.set_truncated(log->truncated());
-      chunk.set_state(log->state());
-      if (!writer->Write(chunk)) return grpc::Status::CANCELLED;
-      sent = all.size();
-    }
-    if (!req->follow() || Ended(log->state())) return grpc::Status::OK;
-    std::this_thread::sleep_for(kStreamPoll);
-  }
-  return grpc::Status::CANCELLED;
-}
-
 grpc::ServerUnaryReactor* JobServiceImpl::Submit(grpc::CallbackServerContext* ctx,
                                                  const v1::SubmitJobRequest* req,
                                                  v1::SubmitJobResponse* resp) {
@@ -310,6 +241,26 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(grpc::CallbackServerContext* ct
                        reactor->Finish(ToGrpc(out.status()));
                      });
   return reactor;
+}
+
+grpc::Status JobServiceImpl::Watch(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
+                                   grpc::ServerWriter<v1::Job>* writer) {
+  auto caller = authz_->Authorize(*ctx->auth_context(), RpcClass::kJob, "Watch");
+  if (!caller.ok()) return ToGrpc(caller.status());
+  metrics_->Inc("fedgate_job_rpc_handled_total", {{"method", "Watch"}});
+  return ToGrpc(jobs_->Watch(
+      *caller, req->id(), [&](const v1::Job& j) { return writer->Write(j); },
+      [&] { return ctx->IsCancelled(); }));
+}
+
+grpc::Status JobServiceImpl::Logs(grpc::ServerContext* ctx, const v1::LogsRequest* req,
+                                  grpc::ServerWriter<v1::LogsResponse>* writer) {
+  auto caller = authz_->Authorize(*ctx->auth_context(), RpcClass::kJob, "Logs");
+  if (!caller.ok()) return ToGrpc(caller.status());
+  metrics_->Inc("fedgate_job_rpc_handled_total", {{"method", "Logs"}});
+  return ToGrpc(jobs_->StreamLogs(
+      *caller, *req, [&](const v1::LogsResponse& c) { return writer->Write(c); },
+      [&] { return ctx->IsCancelled(); }));
 }
 
 }  // namespace fedgate::gateway

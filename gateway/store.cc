@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "federation/str_cat.h"
+#include "gateway/sqlite_stmt.h"
 
 namespace fedgate::gateway {
 namespace {
@@ -29,28 +30,9 @@ const char* const kMigrations[] = {
     // 4: rank processes a participant started, so a restart can clean up.
     "CREATE TABLE slices (job_id TEXT PRIMARY KEY, attempt INTEGER NOT NULL,"
     "                     epoch INTEGER NOT NULL, procs TEXT NOT NULL);",
+    // 5: the coordinator scans the jobs that have not ended several times a second.
+    "CREATE INDEX jobs_by_state ON jobs(state, created_at_unix_ms);",
 };
-
-class Stmt {
- public:
-  Stmt(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr); }
-  ~Stmt() { sqlite3_finalize(stmt_); }
-  bool ok() const { return rc_ == SQLITE_OK; }
-  sqlite3_stmt* get() { return stmt_; }
-  void Bind(int i, const std::string& s) {
-    sqlite3_bind_text(stmt_, i, s.c_str(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
-  }
-  void Bind(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
-
- private:
-  sqlite3_stmt* stmt_ = nullptr;
-  int rc_;
-};
-
-std::string Col(sqlite3_stmt* s, int i) {
-  const unsigned char* t = sqlite3_column_text(s, i);
-  return t ? reinterpret_cast<const char*>(t) : "";
-}
 
 }  // namespace
 
@@ -99,7 +81,7 @@ absl::Status Store::Exec(const std::string& sql) {
 absl::Status Store::Migrate() {
   std::lock_guard lock(mu_);
   {
-    Stmt s(db_, "PRAGMA user_version;");
+    SqlStmt s(db_, "PRAGMA user_version;");
     if (!s.ok() || sqlite3_step(s.get()) != SQLITE_ROW) {
       return absl::InternalError(sqlite3_errmsg(db_));
     }
@@ -125,12 +107,12 @@ absl::Status Store::Migrate() {
 
 absl::StatusOr<std::vector<StoredPeer>> Store::LoadPeers() {
   std::lock_guard lock(mu_);
-  Stmt s(db_, "SELECT site, endpoint, added_at_unix_ms FROM peers ORDER BY site;");
+  SqlStmt s(db_, "SELECT site, endpoint, added_at_unix_ms FROM peers ORDER BY site;");
   if (!s.ok()) return absl::InternalError(sqlite3_errmsg(db_));
   std::vector<StoredPeer> out;
   int rc;
   while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
-    out.push_back({Col(s.get(), 0), Col(s.get(), 1), sqlite3_column_int64(s.get(), 2)});
+    out.push_back({ColText(s.get(), 0), ColText(s.get(), 1), sqlite3_column_int64(s.get(), 2)});
   }
   if (rc != SQLITE_DONE) return absl::InternalError(sqlite3_errmsg(db_));
   return out;
@@ -138,22 +120,22 @@ absl::StatusOr<std::vector<StoredPeer>> Store::LoadPeers() {
 
 absl::Status Store::UpsertPeer(const StoredPeer& peer) {
   std::lock_guard lock(mu_);
-  Stmt s(db_,
+  SqlStmt s(db_,
          "INSERT INTO peers(site, endpoint, added_at_unix_ms) VALUES(?1, ?2, ?3) "
          "ON CONFLICT(site) DO UPDATE SET endpoint=excluded.endpoint;");
   if (!s.ok()) return absl::InternalError(sqlite3_errmsg(db_));
-  s.Bind(1, peer.site);
-  s.Bind(2, peer.endpoint);
-  s.Bind(3, peer.added_at_unix_ms);
+  s.Text(1, peer.site);
+  s.Text(2, peer.endpoint);
+  s.Int(3, peer.added_at_unix_ms);
   if (sqlite3_step(s.get()) != SQLITE_DONE) return absl::InternalError(sqlite3_errmsg(db_));
   return absl::OkStatus();
 }
 
 absl::Status Store::DeletePeer(const std::string& site) {
   std::lock_guard lock(mu_);
-  Stmt s(db_, "DELETE FROM peers WHERE site = ?1;");
+  SqlStmt s(db_, "DELETE FROM peers WHERE site = ?1;");
   if (!s.ok()) return absl::InternalError(sqlite3_errmsg(db_));
-  s.Bind(1, site);
+  s.Text(1, site);
   if (sqlite3_step(s.get()) != SQLITE_DONE) return absl::InternalError(sqlite3_errmsg(db_));
   if (sqlite3_changes(db_) == 0) {
     return absl::NotFoundError(fedgate::StrCat("no stored peer \"", site, "\""));
@@ -163,59 +145,59 @@ absl::Status Store::DeletePeer(const std::string& site) {
 
 absl::Status Store::PutSlice(const StoredSlice& s) {
   std::lock_guard lock(mu_);
-  Stmt st(db_,
+  SqlStmt st(db_,
           "INSERT INTO slices(job_id, attempt, epoch, procs) VALUES(?1, ?2, ?3, ?4) "
           "ON CONFLICT(job_id) DO UPDATE SET attempt=excluded.attempt, epoch=excluded.epoch, "
           "procs=excluded.procs;");
   if (!st.ok()) return absl::InternalError(sqlite3_errmsg(db_));
-  st.Bind(1, s.job_id);
-  st.Bind(2, static_cast<int64_t>(s.attempt));
-  st.Bind(3, static_cast<int64_t>(s.epoch));
-  st.Bind(4, s.procs);
+  st.Text(1, s.job_id);
+  st.Int(2, static_cast<int64_t>(s.attempt));
+  st.Int(3, static_cast<int64_t>(s.epoch));
+  st.Text(4, s.procs);
   if (sqlite3_step(st.get()) != SQLITE_DONE) return absl::InternalError(sqlite3_errmsg(db_));
   return absl::OkStatus();
 }
 
 absl::Status Store::DeleteSlice(const std::string& job_id) {
   std::lock_guard lock(mu_);
-  Stmt st(db_, "DELETE FROM slices WHERE job_id = ?1;");
+  SqlStmt st(db_, "DELETE FROM slices WHERE job_id = ?1;");
   if (!st.ok()) return absl::InternalError(sqlite3_errmsg(db_));
-  st.Bind(1, job_id);
+  st.Text(1, job_id);
   if (sqlite3_step(st.get()) != SQLITE_DONE) return absl::InternalError(sqlite3_errmsg(db_));
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<StoredSlice>> Store::LoadSlices() {
   std::lock_guard lock(mu_);
-  Stmt st(db_, "SELECT job_id, attempt, epoch, procs FROM slices;");
+  SqlStmt st(db_, "SELECT job_id, attempt, epoch, procs FROM slices;");
   if (!st.ok()) return absl::InternalError(sqlite3_errmsg(db_));
   std::vector<StoredSlice> out;
   while (sqlite3_step(st.get()) == SQLITE_ROW) {
-    out.push_back({Col(st.get(), 0), static_cast<uint32_t>(sqlite3_column_int64(st.get(), 1)),
-                   static_cast<uint64_t>(sqlite3_column_int64(st.get(), 2)), Col(st.get(), 3)});
+    out.push_back({ColText(st.get(), 0), static_cast<uint32_t>(sqlite3_column_int64(st.get(), 1)),
+                   static_cast<uint64_t>(sqlite3_column_int64(st.get(), 2)), ColText(st.get(), 3)});
   }
   return out;
 }
 
 absl::StatusOr<std::optional<std::string>> Store::GetKv(const std::string& key) {
   std::lock_guard lock(mu_);
-  Stmt s(db_, "SELECT value FROM kv WHERE key = ?1;");
+  SqlStmt s(db_, "SELECT value FROM kv WHERE key = ?1;");
   if (!s.ok()) return absl::InternalError(sqlite3_errmsg(db_));
-  s.Bind(1, key);
+  s.Text(1, key);
   int rc = sqlite3_step(s.get());
-  if (rc == SQLITE_ROW) return std::optional<std::string>(Col(s.get(), 0));
+  if (rc == SQLITE_ROW) return std::optional<std::string>(ColText(s.get(), 0));
   if (rc == SQLITE_DONE) return std::optional<std::string>();
   return absl::InternalError(sqlite3_errmsg(db_));
 }
 
 absl::Status Store::PutKv(const std::string& key, const std::string& value) {
   std::lock_guard lock(mu_);
-  Stmt s(db_,
+  SqlStmt s(db_,
          "INSERT INTO kv(key, value) VALUES(?1, ?2) "
          "ON CONFLICT(key) DO UPDATE SET value=excluded.value;");
   if (!s.ok()) return absl::InternalError(sqlite3_errmsg(db_));
-  s.Bind(1, key);
-  s.Bind(2, value);
+  s.Text(1, key);
+  s.Text(2, value);
   if (sqlite3_step(s.get()) != SQLITE_DONE) return absl::InternalError(sqlite3_errmsg(db_));
   return absl::OkStatus();
 }
