@@ -80,8 +80,7 @@ std::string Scrape(int port, const std::string& name) {
 
 Result Run(const std::string& endpoint, int ops_port, const gateway::KeyAndCert& user,
            const std::string& ca, int clients, int seconds) {
-  // Clients dial only once the gateway is ready: a channel that met a closed
-  // port can stay stuck in TLS handshake timeouts (gRPC 1.51).
+  // Clients start once the gateway serves, so start-up is not timed.
   for (int i = 0; i < 200 && Scrape(ops_port, "fedgate_peers_approved") == "?"; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -112,7 +111,10 @@ Result Run(const std::string& endpoint, int ops_port, const gateway::KeyAndCert&
         ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
         const auto t0 = Clock::now();
         auto st = stub->Submit(&ctx, req, &resp);
-        mine.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+        // Latency of successful calls only: a fast failure is not a fast submit.
+        if (st.ok()) {
+          mine.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+        }
         (st.ok() ? ok : failed)++;
       }
       std::lock_guard lock(mu);
@@ -208,8 +210,13 @@ int main(int argc, char** argv) {
   std::printf("# durable / no-store throughput: %.3f\n", durable.jobs_per_s / base.jobs_per_s);
   std::printf("# job store transactions: %s for %lu submits (largest batch %s)\n", commits.c_str(),
               static_cast<unsigned long>(durable.ok), batch.c_str());
-  std::printf("# target: >= 2000 durable submits/s with p99 < 20 ms: %s\n",
-              durable.jobs_per_s >= 2000 && durable.p99_ms < 20 ? "OK" : "FAILED");
+  // A failed call is a failure of the benchmark, never a fast success.
+  const bool no_failures = durable.failed == 0 && base.failed == 0;
+  std::printf("# failed calls: %lu durable, %lu no-store: %s\n",
+              static_cast<unsigned long>(durable.failed), static_cast<unsigned long>(base.failed),
+              no_failures ? "OK" : "FAILED");
+  std::printf("# target: >= 5000 durable submits/s with p99 < 10 ms: %s\n",
+              durable.jobs_per_s >= 5000 && durable.p99_ms < 10 ? "OK" : "FAILED");
   std::filesystem::remove_all(dir);
-  return 0;
+  return no_failures ? 0 : 1;
 }

@@ -78,13 +78,10 @@ void PeerLinks::Shutdown(int64_t flush_ms) {
 void PeerLinks::Run(Link* link) {
   const Config& cfg = core_->config();
   auto creds = MakePeerGatewayCredentials(provider_, cfg.federation, link->site);
-  // A channel whose first attempts met a closed port can stay stuck in TLS
-  // handshake timeouts (gRPC 1.51): after a few failures, start a new one.
-  auto new_stub = [&] {
-    return v1::PeerService::NewStub(
-        grpc::CreateCustomChannel(link->endpoint, creds, DefaultChannelArgs()));
-  };
-  auto stub = new_stub();
+  // One channel for the link's life: gRPC reconnects it (DefaultChannelArgs
+  // bounds the backoff and gives each connection attempt a real deadline).
+  auto stub = v1::PeerService::NewStub(
+      grpc::CreateCustomChannel(link->endpoint, creds, DefaultChannelArgs()));
 
   const int64_t interval = cfg.advertise_interval_ms;
   const int64_t rpc_timeout = std::clamp<int64_t>(2 * interval, 500, 5000);
@@ -106,7 +103,6 @@ void PeerLinks::Run(Link* link) {
     handshaken = false;
     sent.clear();
     ++failures;
-    if (failures % 3 == 0) stub = new_stub();
   };
   auto deadline_in = [](int64_t ms) {
     return std::chrono::system_clock::now() + std::chrono::milliseconds(ms);
