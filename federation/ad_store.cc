@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "federation/saturating.h"
+
 namespace fedgate::federation {
 
 std::string_view AdVerdictName(AdVerdict v) {
@@ -24,7 +26,7 @@ AdStore::AdStore(std::string self_site, const Clock* clock)
     : self_(std::move(self_site)), clock_(clock) {}
 
 bool AdStore::Expired(const v1::CapacityAd& ad, int64_t now_ms) const {
-  return now_ms > ad.issued_at_unix_ms() + ad.ttl_ms();
+  return now_ms > SatAdd(ad.issued_at_unix_ms(), ad.ttl_ms());
 }
 
 AdVerdict AdStore::Offer(const v1::CapacityAd& ad, std::string_view via) {

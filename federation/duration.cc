@@ -11,7 +11,7 @@ absl::StatusOr<int64_t> ParseDurationMs(std::string_view text) {
   auto bad = [&](std::string_view why) {
     return absl::InvalidArgumentError(
         fedgate::StrCat("invalid duration \"", text, "\": ", why,
-                     " (use a number and a unit: 500ms, 90s, 5m, 2h)"));
+                     " (use a number and a unit: 500ms, 90s, 5m, 2h, 7d)"));
   };
   size_t i = 0;
   while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) {
@@ -36,6 +36,8 @@ absl::StatusOr<int64_t> ParseDurationMs(std::string_view text) {
     scale = 60 * 1000;
   } else if (unit == "h") {
     scale = 3600 * 1000;
+  } else if (unit == "d") {
+    scale = 24 * 3600 * 1000;
   } else if (unit.empty()) {
     return bad("missing unit");
   } else {

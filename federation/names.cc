@@ -12,4 +12,12 @@ bool IsValidName(std::string_view name) {
   return true;
 }
 
+bool IsValidJobId(std::string_view id) {
+  if (id.size() != 18 || id.substr(0, 2) != "j-") return false;
+  for (char c : id.substr(2)) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
 }  // namespace fedgate::federation

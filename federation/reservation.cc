@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <set>
 
+#include "federation/saturating.h"
 #include "federation/str_cat.h"
 
 namespace fedgate::federation {
@@ -15,7 +16,7 @@ uint32_t ReservationLedger::FreeGpus(const std::string& node) const {
   auto it = nodes_.find(node);
   if (it == nodes_.end()) return 0;
   uint32_t used = 0;
-  for (const auto& [job, h] : holds_) {
+  for (const auto& [key, h] : holds_) {
     for (const auto& g : h.gpus) {
       if (g.node == node) used += static_cast<uint32_t>(g.indices.size());
     }
@@ -29,59 +30,109 @@ uint32_t ReservationLedger::TotalFree() const {
   return total;
 }
 
-absl::StatusOr<Hold> ReservationLedger::Prepare(const std::string& job_id, uint32_t attempt,
-                                                uint64_t epoch,
-                                                const std::vector<NodeRequest>& want,
-                                                int64_t now_ms, int64_t ttl_ms) {
-  auto newest = newest_epoch_.find(job_id);
-  if (newest != newest_epoch_.end() && epoch < newest->second) {
+absl::Status ReservationLedger::CheckOwner(const std::string& job_id,
+                                           const std::string& coordinator) const {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end() || it->second.owner.coordinator == coordinator) return absl::OkStatus();
+  return absl::PermissionDeniedError(StrCat("job ", job_id, " is coordinated by ",
+                                            it->second.owner.coordinator, ", not by ",
+                                            coordinator));
+}
+
+absl::Status ReservationLedger::CheckEpoch(const std::string& job_id, uint64_t epoch) const {
+  auto it = jobs_.find(job_id);
+  if (it != jobs_.end() && epoch < it->second.newest_epoch) {
     return absl::FailedPreconditionError(StrCat("stale epoch ", epoch, " for job ", job_id,
-                                                ": epoch ", newest->second, " already seen"));
+                                                ": epoch ", it->second.newest_epoch,
+                                                " already seen"));
   }
-  auto held = holds_.find(job_id);
-  if (held != holds_.end()) {
-    Hold& h = held->second;
-    if (h.epoch == epoch && h.attempt == attempt) return h;  // a duplicate
-    if (h.state == HoldState::kCommitted) {
-      return absl::FailedPreconditionError(
-          StrCat("job ", job_id, " is committed at epoch ", h.epoch, "; release it first"));
-    }
+  return absl::OkStatus();
+}
+
+ReservationLedger::JobEntry& ReservationLedger::Touch(const std::string& job_id,
+                                                      const std::string& coordinator,
+                                                      int64_t now_ms) {
+  auto [it, fresh] = jobs_.try_emplace(job_id);
+  if (fresh) it->second.owner.coordinator = coordinator;
+  it->second.last_seen_ms = std::max(it->second.last_seen_ms, now_ms);
+  return it->second;
+}
+
+const Hold* ReservationLedger::Find(const std::string& job_id, uint64_t epoch) const {
+  auto it = holds_.find({job_id, epoch});
+  if (it == holds_.end() || it->second.state == HoldState::kStopping) return nullptr;
+  return &it->second;
+}
+
+absl::StatusOr<Hold> ReservationLedger::Prepare(const std::string& job_id, uint32_t attempt,
+                                                uint64_t epoch, const HoldOwner& owner,
+                                                const std::vector<NodeRequest>& want,
+                                                int64_t now_ms, int64_t ttl_ms,
+                                                std::vector<HoldKey>* stopped) {
+  if (auto st = CheckOwner(job_id, owner.coordinator); !st.ok()) return st;
+  if (auto st = CheckEpoch(job_id, epoch); !st.ok()) return st;
+  if (const Hold* same = Find(job_id, epoch)) {
+    if (same->attempt == attempt) return *same;  // a duplicate
+    return absl::FailedPreconditionError(
+        StrCat("epoch ", epoch, " of job ", job_id, " is held for attempt ", same->attempt));
   }
-  if (newest != newest_epoch_.end() && epoch == newest->second && held == holds_.end()) {
+  auto known = jobs_.find(job_id);
+  if (known != jobs_.end() && epoch == known->second.newest_epoch) {
     return absl::FailedPreconditionError(
         StrCat("epoch ", epoch, " of job ", job_id, " was aborted or expired"));
   }
-  // A newer epoch replaces the older, uncommitted hold: count its GPUs as free.
-  std::map<std::string, uint32_t> free;
-  for (const auto& [node, n] : nodes_) free[node] = FreeGpus(node);
-  if (held != holds_.end()) {
-    for (const auto& g : held->second.gpus) free[g.node] += static_cast<uint32_t>(g.indices.size());
+  // Older live holds of the job: a prepared one gives its GPUs to this one;
+  // a committed one is stopping from now on and keeps its GPUs until its
+  // ranks exited (counted as used below).
+  std::map<std::string, uint32_t> reusable;
+  std::vector<HoldKey> replaced;
+  for (auto it = holds_.lower_bound({job_id, 0}); it != holds_.end() && it->first.first == job_id;
+       ++it) {
+    if (it->second.state == HoldState::kPrepared) {
+      for (const auto& g : it->second.gpus) reusable[g.node] += g.indices.size();
+      replaced.push_back(it->first);
+    }
   }
   std::map<std::string, uint32_t> asked;
   for (const auto& w : want) {
     if (!nodes_.contains(w.node)) {
       return absl::InvalidArgumentError(StrCat("no node \"", w.node, "\" at this site"));
     }
+    if (w.gpus == 0 || w.gpus > nodes_[w.node]) {
+      return absl::InvalidArgumentError(
+          StrCat(w.gpus, " GPU(s) asked of node ", w.node, " (it has ", nodes_[w.node], ")"));
+    }
     asked[w.node] += w.gpus;
   }
+  if (asked.empty()) return absl::InvalidArgumentError("no GPUs asked");
   for (const auto& [node, n] : asked) {
-    if (n > free[node]) {
+    const uint32_t free = FreeGpus(node) + reusable[node];
+    if (n > free) {
       return absl::ResourceExhaustedError(
-          StrCat("node ", node, " has ", free[node], " free GPU(s), ", n, " asked"));
+          StrCat("node ", node, " has ", free, " free GPU(s), ", n, " asked"));
+    }
+  }
+  for (const auto& k : replaced) holds_.erase(k);
+  for (auto it = holds_.lower_bound({job_id, 0}); it != holds_.end() && it->first.first == job_id;
+       ++it) {
+    if (it->second.state == HoldState::kCommitted) {
+      it->second.state = HoldState::kStopping;
+      if (stopped != nullptr) stopped->push_back(it->first);
     }
   }
   // Pick the lowest free indices on each node.
   std::map<std::string, std::set<uint32_t>> taken;
-  for (const auto& [job, h] : holds_) {
-    if (job == job_id) continue;
+  for (const auto& [key, h] : holds_) {
     for (const auto& g : h.gpus) taken[g.node].insert(g.indices.begin(), g.indices.end());
   }
   Hold h;
   h.job_id = job_id;
   h.attempt = attempt;
   h.epoch = epoch;
-  h.state = HoldState::kHeld;
-  h.expires_at_ms = now_ms + ttl_ms;
+  h.coordinator = owner.coordinator;
+  h.tenant = owner.tenant;
+  h.state = HoldState::kPrepared;
+  h.expires_at_ms = SatAdd(now_ms, ttl_ms);
   for (const auto& [node, n] : asked) {
     NodeGpus g{node, {}};
     for (uint32_t i = 0; i < nodes_[node] && g.indices.size() < n; ++i) {
@@ -89,50 +140,73 @@ absl::StatusOr<Hold> ReservationLedger::Prepare(const std::string& job_id, uint3
     }
     h.gpus.push_back(std::move(g));
   }
-  holds_[job_id] = h;
-  newest_epoch_[job_id] = epoch;
+  holds_[{job_id, epoch}] = h;
+  JobEntry& e = Touch(job_id, owner.coordinator, now_ms);
+  e.newest_epoch = epoch;
+  if (e.owner.tenant.empty()) e.owner.tenant = owner.tenant;
   CheckInvariants();
   return h;
 }
 
 absl::StatusOr<Hold> ReservationLedger::Commit(const std::string& job_id, uint32_t attempt,
-                                               uint64_t epoch, int64_t now_ms) {
-  auto newest = newest_epoch_.find(job_id);
-  if (newest != newest_epoch_.end() && epoch < newest->second) {
-    return absl::FailedPreconditionError(StrCat("stale epoch ", epoch, " for job ", job_id));
-  }
-  auto it = holds_.find(job_id);
-  if (it == holds_.end() || it->second.epoch != epoch || it->second.attempt != attempt) {
-    return absl::NotFoundError(StrCat("no hold of job ", job_id, " at epoch ", epoch));
+                                               uint64_t epoch, const std::string& coordinator,
+                                               int64_t now_ms) {
+  if (auto st = CheckOwner(job_id, coordinator); !st.ok()) return st;
+  if (auto st = CheckEpoch(job_id, epoch); !st.ok()) return st;
+  auto it = holds_.find({job_id, epoch});
+  if (it == holds_.end() || it->second.attempt != attempt ||
+      it->second.state == HoldState::kStopping) {
+    return absl::NotFoundError(StrCat("no live hold of job ", job_id, " at epoch ", epoch));
   }
   Hold& h = it->second;
-  if (h.state == HoldState::kHeld && now_ms > h.expires_at_ms) {
+  if (h.state == HoldState::kPrepared && now_ms > h.expires_at_ms) {
     holds_.erase(it);
     return absl::NotFoundError(StrCat("the hold of job ", job_id, " expired"));
   }
   h.state = HoldState::kCommitted;
+  Touch(job_id, coordinator, now_ms);
   return h;
 }
 
-absl::Status ReservationLedger::Abort(const std::string& job_id, uint32_t /*attempt*/,
-                                      uint64_t epoch) {
-  auto newest = newest_epoch_.find(job_id);
-  if (newest != newest_epoch_.end() && epoch < newest->second) {
-    return absl::FailedPreconditionError(StrCat("stale epoch ", epoch, " for job ", job_id));
+absl::StatusOr<std::vector<ReservationLedger::HoldKey>> ReservationLedger::Abort(
+    const std::string& job_id, uint32_t /*attempt*/, uint64_t epoch,
+    const std::string& coordinator) {
+  if (auto st = CheckOwner(job_id, coordinator); !st.ok()) return st;
+  if (auto st = CheckEpoch(job_id, epoch); !st.ok()) return st;
+  std::vector<HoldKey> stopping;
+  for (auto it = holds_.lower_bound({job_id, 0});
+       it != holds_.end() && it->first.first == job_id && it->first.second <= epoch;) {
+    if (it->second.state == HoldState::kPrepared) {
+      it = holds_.erase(it);
+      continue;
+    }
+    if (it->second.state == HoldState::kCommitted) {
+      it->second.state = HoldState::kStopping;
+      stopping.push_back(it->first);
+    }
+    ++it;
   }
-  auto it = holds_.find(job_id);
-  if (it != holds_.end() && it->second.epoch <= epoch) holds_.erase(it);
-  newest_epoch_[job_id] = epoch;
-  return absl::OkStatus();
+  JobEntry& e = Touch(job_id, coordinator, 0);
+  e.newest_epoch = std::max(e.newest_epoch, epoch);
+  return stopping;
 }
 
-void ReservationLedger::Release(const std::string& job_id) { holds_.erase(job_id); }
+void ReservationLedger::MarkStopping(const std::string& job_id, uint64_t epoch) {
+  auto it = holds_.find({job_id, epoch});
+  if (it != holds_.end() && it->second.state == HoldState::kCommitted) {
+    it->second.state = HoldState::kStopping;
+  }
+}
+
+void ReservationLedger::Release(const std::string& job_id, uint64_t epoch) {
+  holds_.erase({job_id, epoch});
+}
 
 std::vector<std::string> ReservationLedger::ExpireHolds(int64_t now_ms) {
   std::vector<std::string> out;
   for (auto it = holds_.begin(); it != holds_.end();) {
-    if (it->second.state == HoldState::kHeld && now_ms > it->second.expires_at_ms) {
-      out.push_back(it->first);
+    if (it->second.state == HoldState::kPrepared && now_ms > it->second.expires_at_ms) {
+      out.push_back(it->first.first);
       it = holds_.erase(it);
     } else {
       ++it;
@@ -141,16 +215,28 @@ std::vector<std::string> ReservationLedger::ExpireHolds(int64_t now_ms) {
   return out;
 }
 
+void ReservationLedger::Prune(int64_t before_ms) {
+  std::set<std::string> held;
+  for (const auto& [key, h] : holds_) held.insert(key.first);
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    if (!held.contains(it->first) && it->second.last_seen_ms < before_ms) {
+      it = jobs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
 void ReservationLedger::CheckInvariants() const {
   std::map<std::string, std::set<uint32_t>> seen;
-  for (const auto& [job, h] : holds_) {
+  for (const auto& [key, h] : holds_) {
     for (const auto& g : h.gpus) {
       auto node = nodes_.find(g.node);
       for (uint32_t i : g.indices) {
         if (node == nodes_.end() || i >= node->second || !seen[g.node].insert(i).second) {
           std::fprintf(stderr, "FATAL: reservation invariant broken: GPU %s/%u given twice or "
                                "out of range (job %s)\n",
-                       g.node.c_str(), i, job.c_str());
+                       g.node.c_str(), i, key.first.c_str());
           std::abort();
         }
       }

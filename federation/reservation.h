@@ -1,13 +1,18 @@
 // The participant side of the two-phase reservation: one site's ledger of GPU
-// holds. Every message carries (job_id, attempt, epoch); all are idempotent,
-// and a message older than the newest epoch seen for its job is refused.
-// Holds that are never committed expire. No GPU is ever in two holds: a
+// holds. A hold goes prepared -> committed -> stopping -> released, and its
+// GPUs count as used until it is released, i.e. until every rank of its slice
+// has exited: an abort of a committed hold only moves it to stopping. Every
+// message carries (job_id, attempt, epoch); all are idempotent, and a message
+// older than the newest epoch seen for its job is refused. Each job is owned
+// by the coordinator site that first reached this ledger for it. Prepared
+// holds that are never committed expire. No GPU is ever in two holds: a
 // broken invariant aborts the process. Pure: the caller passes the time.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -24,52 +29,86 @@ struct NodeRequest {
   uint32_t gpus = 0;
 };
 
-enum class HoldState { kHeld, kCommitted };
+enum class HoldState { kPrepared, kCommitted, kStopping };
 
 struct Hold {
   std::string job_id;
   uint32_t attempt = 0;
   uint64_t epoch = 0;
-  HoldState state = HoldState::kHeld;
-  int64_t expires_at_ms = 0;  // for kHeld
+  std::string coordinator;  // the site that prepared it
+  std::string tenant;
+  HoldState state = HoldState::kPrepared;
+  int64_t expires_at_ms = 0;  // for kPrepared
   std::vector<NodeGpus> gpus;
+};
+
+// Who prepares: the coordinator's site and the job's tenant.
+struct HoldOwner {
+  std::string coordinator;
+  std::string tenant;
 };
 
 class ReservationLedger {
  public:
+  using HoldKey = std::pair<std::string, uint64_t>;  // job id, epoch
+
   // node name -> GPU count.
   explicit ReservationLedger(std::map<std::string, uint32_t> nodes);
 
+  // PERMISSION_DENIED unless `coordinator` owns the job here (or nobody does
+  // yet). Every entry point below checks it first.
+  absl::Status CheckOwner(const std::string& job_id, const std::string& coordinator) const;
+
   // Holds GPUs for the job until now + ttl. The same message again returns
-  // the same hold; a newer epoch replaces an uncommitted older hold; an older
-  // epoch is FAILED_PRECONDITION ("stale epoch"); too few free GPUs is
-  // RESOURCE_EXHAUSTED and changes nothing.
+  // the same hold; a newer epoch replaces an older prepared hold and moves an
+  // older committed one to stopping (its ranks must be stopped: see
+  // `stopped`); an older epoch is FAILED_PRECONDITION ("stale epoch"); too
+  // few free GPUs is RESOURCE_EXHAUSTED and changes nothing.
   absl::StatusOr<Hold> Prepare(const std::string& job_id, uint32_t attempt, uint64_t epoch,
-                               const std::vector<NodeRequest>& want, int64_t now_ms,
-                               int64_t ttl_ms);
-  // Makes a hold permanent (until Release). Idempotent; NOT_FOUND when there is
-  // no live hold of that epoch (expired, aborted, or never prepared).
+                               const HoldOwner& owner, const std::vector<NodeRequest>& want,
+                               int64_t now_ms, int64_t ttl_ms,
+                               std::vector<HoldKey>* stopped = nullptr);
+  // Makes a prepared hold committed. Idempotent; NOT_FOUND when there is no
+  // live hold of that epoch (expired, aborted, or never prepared).
   absl::StatusOr<Hold> Commit(const std::string& job_id, uint32_t attempt, uint64_t epoch,
-                              int64_t now_ms);
-  // Drops the job's hold of this epoch or older and remembers the epoch, so a
-  // late Prepare of it is refused. Idempotent.
-  absl::Status Abort(const std::string& job_id, uint32_t attempt, uint64_t epoch);
-  // The job finished or was stopped: frees its GPUs, whatever the state.
-  void Release(const std::string& job_id);
-  // Frees holds past their TTL; returns the job ids released.
+                              const std::string& coordinator, int64_t now_ms);
+  // Drops the job's prepared holds of this epoch or older, moves its
+  // committed ones to stopping (returned, so their ranks get stopped), and
+  // remembers the epoch, so a late Prepare of it is refused. Idempotent.
+  absl::StatusOr<std::vector<HoldKey>> Abort(const std::string& job_id, uint32_t attempt,
+                                             uint64_t epoch, const std::string& coordinator);
+  // A committed hold whose slice is being stopped (lease lapsed, rank failed).
+  void MarkStopping(const std::string& job_id, uint64_t epoch);
+  // Every rank of the hold's slice has exited: frees its GPUs.
+  void Release(const std::string& job_id, uint64_t epoch);
+  // Frees prepared holds past their TTL; returns the job ids released.
   std::vector<std::string> ExpireHolds(int64_t now_ms);
+  // Forgets epochs and owners of jobs without holds, last seen before
+  // `before_ms`, so the ledger does not grow with every job ever run.
+  void Prune(int64_t before_ms);
 
   uint32_t FreeGpus(const std::string& node) const;
   uint32_t TotalFree() const;
-  const std::map<std::string, Hold>& holds() const { return holds_; }
+  const std::map<HoldKey, Hold>& holds() const { return holds_; }
+  // The job's live (prepared or committed) hold of `epoch`, or null.
+  const Hold* Find(const std::string& job_id, uint64_t epoch) const;
+  size_t known_jobs() const { return jobs_.size(); }
 
   // Aborts the process if any GPU is in two holds or a node is overbooked.
   void CheckInvariants() const;
 
  private:
+  struct JobEntry {
+    uint64_t newest_epoch = 0;
+    HoldOwner owner;
+    int64_t last_seen_ms = 0;
+  };
+  absl::Status CheckEpoch(const std::string& job_id, uint64_t epoch) const;
+  JobEntry& Touch(const std::string& job_id, const std::string& coordinator, int64_t now_ms);
+
   std::map<std::string, uint32_t> nodes_;
-  std::map<std::string, Hold> holds_;          // by job id
-  std::map<std::string, uint64_t> newest_epoch_;  // by job id, kept after release
+  std::map<HoldKey, Hold> holds_;
+  std::map<std::string, JobEntry> jobs_;  // kept after release, until pruned
 };
 
 }  // namespace fedgate::federation

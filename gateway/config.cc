@@ -1,5 +1,6 @@
 #include "gateway/config.h"
 
+#include <algorithm>
 #include <yaml-cpp/yaml.h>
 
 #include <filesystem>
@@ -138,7 +139,7 @@ Config Walk(const YAML::Node& root, const std::string& base_dir, const Walker& w
   if (!root.IsDefined() || root.IsNull()) w.Fail(root, "the config is empty");
   w.ExpectKeys(root, "",
                {"site", "federation", "listen", "tls", "data_dir", "inventory", "peers",
-                "advertise", "bench", "executor"});
+                "advertise", "bench", "executor", "jobs", "api"});
   for (const char* req : {"site", "federation", "listen", "tls", "inventory"}) {
     if (!root[req]) w.Fail(root, fedgate::StrCat("missing required key \"", req, "\""));
   }
@@ -253,6 +254,24 @@ Config Walk(const YAML::Node& root, const std::string& base_dir, const Walker& w
     if (b["probe_on_peer_up"]) {
       c.bench_probe_on_peer_up =
           w.Scalar<bool>(b["probe_on_peer_up"], "bench.probe_on_peer_up", "true or false");
+    }
+  }
+  if (root["jobs"]) {
+    const auto& j = root["jobs"];
+    w.ExpectKeys(j, "jobs", {"lease"});
+    if (j["lease"]) c.jobs_lease_ms = w.Duration(j["lease"], "jobs.lease");
+  }
+  if (c.jobs_lease_ms == 0) c.jobs_lease_ms = std::max<int64_t>(3000, 5 * c.advertise_interval_ms);
+  if (c.jobs_lease_ms < 1000) w.Fail(root["jobs"]["lease"], "\"jobs.lease\" must be at least 1s");
+  if (root["api"]) {
+    const auto& a = root["api"];
+    w.ExpectKeys(a, "api", {"max_streams_per_caller"});
+    if (a["max_streams_per_caller"]) {
+      c.api_max_streams_per_caller = w.Scalar<int>(a["max_streams_per_caller"],
+                                                   "api.max_streams_per_caller", "a number");
+      if (c.api_max_streams_per_caller < 1) {
+        w.Fail(a["max_streams_per_caller"], "\"api.max_streams_per_caller\" must be >= 1");
+      }
     }
   }
   if (root["executor"]) {

@@ -39,6 +39,10 @@ struct Config {
   int64_t bench_link_max_age_ms = 30 * 60 * 1000;  // older links count as unknown
   bool bench_probe_on_peer_up = true;
   std::string executor_kind = "process";
+  // How long a committed slice runs without hearing from its coordinator
+  // (jobs.lease; default max(3s, 5 advertise intervals)).
+  int64_t jobs_lease_ms = 0;
+  int api_max_streams_per_caller = 16;  // Watch/Logs streams per identity
 };
 
 // Parses YAML text. `base_dir` resolves relative paths; `source` names the

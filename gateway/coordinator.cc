@@ -11,23 +11,15 @@
 #include "federation/str_cat.h"
 #include "gateway/core.h"
 #include "gateway/crash_point.h"
-#include "gateway/participant.h"
-#include "gateway/tls.h"
+#include "gateway/participant_client.h"
 
 namespace fedgate::gateway {
 namespace {
 
+using federation::JobState;
+
 constexpr int64_t kHoldTtlMs = 30000;
-constexpr int kRpcTimeoutS = 5;
-
-void Deadline(grpc::ClientContext* ctx) {
-  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(kRpcTimeoutS));
-}
-
-absl::Status FromGrpc(const grpc::Status& st) {
-  if (st.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(st.error_code()), st.error_message());
-}
+constexpr int64_t kPlacePassMs = 250;
 
 v1::ReservationKey Key(const JobRecord& job, uint64_t epoch) {
   v1::ReservationKey k;
@@ -37,117 +29,104 @@ v1::ReservationKey Key(const JobRecord& job, uint64_t epoch) {
   return k;
 }
 
+// Waits until as many answers arrived as calls were sent.
+class Latch {
+ public:
+  void Add() {
+    std::lock_guard lock(mu_);
+    ++pending_;
+  }
+  void Done() {
+    std::lock_guard lock(mu_);
+    if (--pending_ == 0) cv_.notify_all();
+  }
+  void Wait() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return pending_ == 0; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int pending_ = 0;
+};
+
+// Checks a participant's answer against what was asked: per node exactly the
+// GPUs asked, each index once. A peer's reply never reaches `.at()` unchecked.
+absl::Status CheckHolds(const v1::PrepareRequest& req, const v1::PrepareResponse& resp) {
+  std::map<std::string, uint32_t> asked;
+  for (const auto& n : req.nodes()) asked[n.node()] += n.gpus();
+  std::map<std::string, std::set<uint32_t>> got;
+  for (const auto& h : resp.holds()) {
+    for (uint32_t i : h.indices()) {
+      if (!got[h.node()].insert(i).second) {
+        return absl::InternalError(StrCat("GPU ", h.node(), "/", i, " returned twice"));
+      }
+    }
+  }
+  for (const auto& [node, n] : asked) {
+    if (got[node].size() != n) {
+      return absl::InternalError(StrCat("returned ", got[node].size(), " GPU(s) of node ", node,
+                                        ", ", n, " asked"));
+    }
+  }
+  if (got.size() != asked.size()) return absl::InternalError("returned GPUs of nodes not asked");
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-Coordinator::Coordinator(GatewayCore* core, JobStore* store, Participant* local,
-                         std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider)
+Coordinator::Coordinator(GatewayCore* core, JobStore* store, ParticipantClient* participants)
     : core_(core),
       store_(store),
-      local_(local),
-      lease_ms_(std::max<int64_t>(3000, 5 * core->config().advertise_interval_ms)),
-      provider_(std::move(provider)) {}
+      participants_(participants),
+      lease_ms_(core->config().jobs_lease_ms) {}
 
 Coordinator::~Coordinator() { Stop(); }
 
-void Coordinator::Start() { thread_ = std::thread([this] { Loop(); }); }
+void Coordinator::Start() {
+  placer_ = std::thread([this] { PlaceLoop(); });
+  renewer_ = std::thread([this] { RenewLoop(); });
+}
 
 void Coordinator::Stop() {
-  stop_ = true;
-  if (thread_.joinable()) thread_.join();
-}
-
-std::shared_ptr<v1::PeerService::Stub> Coordinator::Stub(const std::string& site) {
-  std::string endpoint;
-  for (const auto& p : core_->Peers()) {
-    if (p.site == site) endpoint = p.endpoint;
+  {
+    std::lock_guard lock(wake_mu_);
+    stop_ = true;
   }
-  if (endpoint.empty()) return nullptr;
-  std::lock_guard lock(stubs_mu_);
-  auto& slot = stubs_[site];
-  if (!slot.second || slot.first != endpoint) {
-    auto creds = MakePeerGatewayCredentials(provider_, core_->config().federation, site);
-    slot = {endpoint, std::shared_ptr<v1::PeerService::Stub>(v1::PeerService::NewStub(
-                          grpc::CreateCustomChannel(endpoint, creds, DefaultChannelArgs())))};
-  }
-  return slot.second;
+  wake_.notify_all();
+  if (placer_.joinable()) placer_.join();
+  if (renewer_.joinable()) renewer_.join();
 }
 
-void Coordinator::Forget(const std::string& site, const grpc::Status& st) {
-  if (st.error_code() != grpc::StatusCode::UNAVAILABLE &&
-      st.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
-    return;
-  }
-  std::lock_guard lock(stubs_mu_);
-  stubs_.erase(site);
+void Coordinator::Sleep(int64_t ms) {
+  std::unique_lock lock(wake_mu_);
+  wake_.wait_for(lock, std::chrono::milliseconds(ms), [&] { return stop_.load(); });
 }
 
-absl::StatusOr<v1::PrepareResponse> Coordinator::Prepare(const std::string& site,
-                                                         v1::PrepareRequest req) {
-  req.set_site(core_->config().site);
-  if (site == core_->config().site) return local_->Prepare(req);
-  auto stub = Stub(site);
-  if (stub == nullptr) return absl::FailedPreconditionError(StrCat(site, " is not a peer"));
-  grpc::ClientContext ctx;
-  Deadline(&ctx);
-  v1::PrepareResponse resp;
-  const grpc::Status st = stub->Prepare(&ctx, req, &resp);
-  Forget(site, st);
-  if (!st.ok()) return FromGrpc(st);
-  return resp;
+bool Coordinator::Save(JobRecord* job) {
+  auto st = store_->Save(job, federation::JobActor::kCoordinator);
+  if (st.ok()) return true;
+  // ABORTED / FAILED_PRECONDITION: someone (a cancel) wrote first. That
+  // write stands; the loops see the job anew in their next pass.
+  spdlog::info("job {}: not moved to {}: {}", job->id, federation::JobStateName(job->state),
+               std::string(st.message()));
+  return false;
 }
 
-absl::Status Coordinator::Commit(const std::string& site, v1::CommitRequest req) {
-  req.set_site(core_->config().site);
-  if (site == core_->config().site) return local_->Commit(req);
-  auto stub = Stub(site);
-  if (stub == nullptr) return absl::FailedPreconditionError(StrCat(site, " is not a peer"));
-  grpc::ClientContext ctx;
-  Deadline(&ctx);
-  v1::CommitResponse resp;
-  const grpc::Status st = stub->Commit(&ctx, req, &resp);
-  Forget(site, st);
-  return FromGrpc(st);
-}
-
-absl::Status Coordinator::Abort(const std::string& site, v1::AbortRequest req) {
-  req.set_site(core_->config().site);
-  if (site == core_->config().site) return local_->Abort(req);
-  auto stub = Stub(site);
-  if (stub == nullptr) return absl::FailedPreconditionError(StrCat(site, " is not a peer"));
-  grpc::ClientContext ctx;
-  Deadline(&ctx);
-  v1::AbortResponse resp;
-  const grpc::Status st = stub->Abort(&ctx, req, &resp);
-  Forget(site, st);
-  return FromGrpc(st);
-}
-
-absl::StatusOr<v1::SliceStatusResponse> Coordinator::Status(const std::string& site,
-                                                            v1::SliceStatusRequest req) {
-  req.set_site(core_->config().site);
-  if (site == core_->config().site) return local_->Status(req);
-  auto stub = Stub(site);
-  if (stub == nullptr) return absl::FailedPreconditionError(StrCat(site, " is not a peer"));
-  grpc::ClientContext ctx;
-  Deadline(&ctx);
-  v1::SliceStatusResponse resp;
-  const grpc::Status st = stub->SliceStatus(&ctx, req, &resp);
-  Forget(site, st);
-  if (!st.ok()) return FromGrpc(st);
-  return resp;
-}
-
-void Coordinator::Loop() {
+void Coordinator::PlaceLoop() {
   federation::ShortestJobFirst policy;
   while (!stop_) {
-    auto jobs = store_->ListActive(1000);
+    auto jobs = store_->ListAllActive();
     if (jobs.ok()) {
       std::vector<federation::QueuedJob> queued;
       std::map<std::string, JobRecord> pending;
       for (auto& j : *jobs) {
-        if (j.state == "RUNNING" || j.state == "RESERVING") {
-          Drive(j);
-        } else if (j.state == "PENDING") {
+        if (j.state == JobState::kReserving) {
+          // Only this thread reserves and it finishes every reservation it
+          // starts, so a job left RESERVING is one a crash interrupted.
+          UndoReservation(j, "reservation interrupted by a coordinator restart; will retry");
+        } else if (j.state == JobState::kPending) {
           auto ms = federation::ParseDurationMs(j.spec.estimated_duration());
           queued.push_back({j.id, j.spec.gpus(), ms.ok() ? *ms : 3600000,
                             j.spec.priority() == "spot", j.created_at_unix_ms});
@@ -170,8 +149,17 @@ void Coordinator::Loop() {
         TryStart(pending[id], unreachable);
       }
     }
-    for (int i = 0; i < 5 && !stop_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    Sleep(kPlacePassMs);
   }
+}
+
+void Coordinator::UndoReservation(JobRecord job, const std::string& why) {
+  StopRun(job, why);
+  job.attempt = job.attempt > 0 ? job.attempt - 1 : 0;
+  job.state = JobState::kPending;
+  job.reason = why;
+  job.updated_at_unix_ms = core_->clock()->NowMs();
+  if (Save(&job)) spdlog::warn("job {}: {}", job.id, why);
 }
 
 void Coordinator::TryStart(JobRecord job, const std::vector<std::string>& unreachable) {
@@ -192,7 +180,7 @@ void Coordinator::TryStart(JobRecord job, const std::vector<std::string>& unreac
     if (reason != job.reason) {
       job.reason = reason;
       job.updated_at_unix_ms = now;
-      (void)store_->Save(job);
+      Save(&job);
     }
     return;
   }
@@ -221,139 +209,208 @@ void Coordinator::TryStart(JobRecord job, const std::vector<std::string>& unreac
   }
   const auto& first = plan->slices(0);
   next.set_master_addr(core_->NodeAddress(first.site(), first.node()));
-  const uint32_t previous_attempt = job.attempt;
-  job.attempt = previous_attempt + 1;
-  job.state = "RESERVING";
+  job.attempt += 1;
+  job.state = JobState::kReserving;
   job.reason = StrCat("reserving on ", next.sites_size(), " site(s)");
   job.run = next.SerializeAsString();
   job.updated_at_unix_ms = now;
-  if (!store_->Save(job).ok()) return;
+  if (!Save(&job)) return;  // cancelled since it was read
   CrashPoint("coordinator-after-reserving");
 
-  // Phase one: hold GPUs everywhere; rank 0's site also picks MASTER_PORT.
-  std::string failed;
-  for (auto& site : *next.mutable_sites()) {
-    v1::PrepareRequest req;
+  // Phase one, on every site at once: hold GPUs; rank 0's site also picks
+  // MASTER_PORT.
+  const int n = next.sites_size();
+  std::vector<v1::PrepareRequest> reqs(n);
+  std::vector<absl::StatusOr<v1::PrepareResponse>> answers(n, absl::UnknownError("no answer"));
+  Latch latch;
+  for (int i = 0; i < n; ++i) {
+    auto& req = reqs[i];
     *req.mutable_key() = Key(job, epoch);
+    req.set_tenant(job.tenant);
     std::map<std::string, uint32_t> per_node;
-    for (const auto& r : site.ranks()) per_node[r.node()]++;
-    for (const auto& [node, n] : per_node) {
+    for (const auto& r : next.sites(i).ranks()) per_node[r.node()]++;
+    for (const auto& [node, count] : per_node) {
       auto* a = req.add_nodes();
       a->set_node(node);
-      a->set_gpus(n);
+      a->set_gpus(count);
     }
     req.set_hold_ttl_ms(kHoldTtlMs);
-    req.set_pick_master_port(&site == &next.sites(0));
-    auto resp = Prepare(site.site(), req);
-    if (!resp.ok()) {
-      failed = StrCat(site.site(), ": ", resp.status().message());
+    req.set_pick_master_port(i == 0);
+    latch.Add();
+    participants_->Prepare(next.sites(i).site(), req, rpc_timeout_ms(),
+                           [&answers, &latch, i](absl::StatusOr<v1::PrepareResponse> r) {
+                             answers[i] = std::move(r);
+                             latch.Done();
+                           });
+  }
+  latch.Wait();
+  std::string failed;
+  for (int i = 0; i < n && failed.empty(); ++i) {
+    auto& site = *next.mutable_sites(i);
+    absl::Status st = answers[i].status();
+    if (st.ok()) st = CheckHolds(reqs[i], *answers[i]);
+    if (!st.ok()) {
+      failed = StrCat(site.site(), ": ", st.message());
       break;
     }
-    if (req.pick_master_port()) next.set_master_port(resp->master_port());
+    if (i == 0) next.set_master_port(answers[i]->master_port());
     std::map<std::string, std::vector<uint32_t>> gpus;
-    for (const auto& h : resp->holds()) gpus[h.node()].assign(h.indices().begin(), h.indices().end());
-    std::map<std::string, size_t> used;
-    for (auto& r : *site.mutable_ranks()) r.set_gpu(gpus[r.node()].at(used[r.node()]++));
-    CrashPoint("coordinator-after-prepare");
-  }
-  if (!failed.empty()) {
-    for (const auto& site : next.sites()) {
-      v1::AbortRequest a;
-      *a.mutable_key() = Key(job, epoch);
-      a.set_reason("reservation failed");
-      (void)Abort(site.site(), a);
+    for (const auto& h : answers[i]->holds()) {
+      gpus[h.node()].insert(gpus[h.node()].end(), h.indices().begin(), h.indices().end());
     }
-    job.attempt = previous_attempt;
-    job.state = "PENDING";
-    job.reason = StrCat("reservation failed at ", failed, "; will retry");
-    job.updated_at_unix_ms = core_->clock()->NowMs();
-    (void)store_->Save(job);
-    spdlog::warn("job {}: {}", job.id, job.reason);
+    std::map<std::string, size_t> used;
+    for (auto& r : *site.mutable_ranks()) r.set_gpu(gpus[r.node()][used[r.node()]++]);
+  }
+  CrashPoint("coordinator-after-prepare");
+  if (!failed.empty()) {
+    UndoReservation(job, StrCat("reservation failed at ", failed, "; will retry"));
     return;
   }
-  // The decision, durable before any commit.
-  job.state = "RUNNING";
+  // The decision, durable before any commit. Losing the compare-and-set
+  // means the job was cancelled while the sites prepared: release the holds
+  // and start nothing.
+  job.state = JobState::kRunning;
   job.reason = StrCat("running on ", next.sites_size(), " site(s), attempt ", job.attempt);
   job.run = next.SerializeAsString();
   job.updated_at_unix_ms = core_->clock()->NowMs();
-  if (!store_->Save(job).ok()) return;
+  if (!Save(&job)) {
+    StopRun(job, "the job ended during its reservation");
+    return;
+  }
   spdlog::info("job {} attempt {}: committed on {} site(s), master {}:{}", job.id, job.attempt,
                next.sites_size(), next.master_addr(), next.master_port());
   CrashPoint("coordinator-after-decision");
-  for (const auto& site : next.sites()) {
-    if (auto st = CommitSite(job, next, site); !st.ok()) {
-      Fail(job, next, StrCat("commit failed at ", site.site(), ": ", st.message()), site.site());
-      return;
-    }
-    last_ok_[job.id][site.site()] = core_->clock()->NowMs();
-    CrashPoint("coordinator-after-first-commit");
-  }
-}
-
-absl::Status Coordinator::CommitSite(const JobRecord& job, const v1::RunPlan& run,
-                                     const v1::SiteRun& site) {
-  v1::CommitRequest c;
-  *c.mutable_key() = Key(job, run.epoch());
-  *c.mutable_ranks() = site.ranks();
-  c.set_world_size(run.world_size());
-  c.set_master_addr(run.master_addr());
-  c.set_master_port(run.master_port());
-  *c.mutable_command() = job.spec.command();
-  *c.mutable_env() = job.spec.env();
-  c.set_lease_ms(lease_ms_);
-  return Commit(site.site(), c);
-}
-
-void Coordinator::Drive(JobRecord job) {
-  v1::RunPlan run;
-  run.ParseFromString(job.run);
-  if (job.state == "RESERVING") {
-    // A reservation interrupted by a restart of this coordinator: undo it.
-    for (const auto& site : run.sites()) {
-      v1::AbortRequest a;
-      *a.mutable_key() = Key(job, run.epoch());
-      a.set_reason("the coordinator restarted during the reservation");
-      (void)Abort(site.site(), a);
-    }
-    job.attempt = job.attempt > 0 ? job.attempt - 1 : 0;
-    job.state = "PENDING";
-    job.reason = "reservation interrupted by a coordinator restart; will retry";
-    job.updated_at_unix_ms = core_->clock()->NowMs();
-    (void)store_->Save(job);
+  std::vector<int> all(n);
+  for (int i = 0; i < n; ++i) all[i] = i;
+  if (auto st = CommitAll(job, next, all); !st.ok()) {
+    Fail(job, next, std::string(st.message()), "");
     return;
   }
+  CrashPoint("coordinator-after-first-commit");
+}
+
+absl::Status Coordinator::CommitAll(const JobRecord& job, const v1::RunPlan& run,
+                                    const std::vector<int>& which) {
+  std::vector<absl::StatusOr<v1::CommitResponse>> answers(which.size(),
+                                                          absl::UnknownError("no answer"));
+  Latch latch;
+  for (size_t k = 0; k < which.size(); ++k) {
+    const auto& site = run.sites(which[k]);
+    v1::CommitRequest c;
+    *c.mutable_key() = Key(job, run.epoch());
+    *c.mutable_ranks() = site.ranks();
+    c.set_world_size(run.world_size());
+    c.set_master_addr(run.master_addr());
+    c.set_master_port(run.master_port());
+    *c.mutable_command() = job.spec.command();
+    *c.mutable_env() = job.spec.env();
+    c.set_lease_ms(lease_ms_);
+    latch.Add();
+    participants_->Commit(site.site(), std::move(c), rpc_timeout_ms(),
+                          [&answers, &latch, k](absl::StatusOr<v1::CommitResponse> r) {
+                            answers[k] = std::move(r);
+                            latch.Done();
+                          });
+  }
+  latch.Wait();
+  for (size_t k = 0; k < which.size(); ++k) {
+    if (!answers[k].ok()) {
+      return absl::Status(answers[k].status().code(),
+                          StrCat("commit failed at ", run.sites(which[k]).site(), ": ",
+                                 answers[k].status().message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Coordinator::RenewLoop() {
+  while (!stop_) {
+    const int64_t t0 = core_->clock()->NowMs();
+    RenewAll();
+    const int64_t spent = core_->clock()->NowMs() - t0;
+    Sleep(std::max<int64_t>(20, lease_ms_ / 5 - spent));
+  }
+}
+
+void Coordinator::RenewAll() {
+  auto jobs = store_->ListAllActive();
+  if (!jobs.ok()) return;
+  const auto down = core_->DownPeers();
+  struct Work {
+    JobRecord job;
+    v1::RunPlan run;
+    std::vector<absl::StatusOr<v1::SliceStatusResponse>> answers;
+  };
+  std::vector<std::unique_ptr<Work>> work;
+  Latch latch;
+  for (auto& j : *jobs) {
+    if (j.state != JobState::kRunning) continue;
+    auto w = std::make_unique<Work>();
+    w->job = std::move(j);
+    w->run.ParseFromString(w->job.run);
+    w->answers.assign(w->run.sites_size(), absl::UnavailableError("not asked: the site is down"));
+    for (int i = 0; i < w->run.sites_size(); ++i) {
+      const std::string& site = w->run.sites(i).site();
+      if (down.contains(site)) continue;
+      v1::SliceStatusRequest req;
+      *req.mutable_key() = Key(w->job, w->run.epoch());
+      req.set_lease_ms(lease_ms_);
+      latch.Add();
+      participants_->SliceStatus(site, std::move(req), rpc_timeout_ms(),
+                                 [w = w.get(), &latch, i](absl::StatusOr<v1::SliceStatusResponse> r) {
+                                   w->answers[i] = std::move(r);
+                                   latch.Done();
+                                 });
+    }
+    work.push_back(std::move(w));
+  }
+  latch.Wait();
   const int64_t now = core_->clock()->NowMs();
+  std::set<std::string> running;
+  for (auto& w : work) {
+    running.insert(w->job.id);
+    Judge(std::move(w->job), w->run, w->answers, now);
+  }
+  for (auto it = last_ok_.begin(); it != last_ok_.end();) {
+    it = running.contains(it->first) ? std::next(it) : last_ok_.erase(it);
+  }
+  ++renew_passes_;
+}
+
+void Coordinator::Judge(JobRecord job, const v1::RunPlan& run,
+                        const std::vector<absl::StatusOr<v1::SliceStatusResponse>>& answers,
+                        int64_t now) {
   auto& seen = last_ok_[job.id];
   int succeeded = 0;
-  for (const auto& site : run.sites()) {
-    v1::SliceStatusRequest req;
-    *req.mutable_key() = Key(job, run.epoch());
-    req.set_lease_ms(lease_ms_);
-    auto st = Status(site.site(), req);
-    if (!seen.contains(site.site())) seen[site.site()] = now;  // e.g. after a restart
+  std::vector<int> recommit;
+  for (int i = 0; i < run.sites_size(); ++i) {
+    const std::string& site = run.sites(i).site();
+    if (!seen.contains(site)) seen[site] = now;  // first sight, e.g. after a restart
+    const auto& st = answers[i];
     if (!st.ok()) {
-      if (now - seen[site.site()] > lease_ms_) {
-        Fail(job, run, StrCat("site ", site.site(), " silent for ", (now - seen[site.site()]) / 1000,
-                              " s: ", st.status().message()),
-             site.site());
+      if (now - seen[site] > lease_ms_) {
+        Fail(job, run,
+             StrCat("site ", site, " silent for ", (now - seen[site]) / 1000,
+                    " s: ", st.status().message()),
+             site);
         return;
       }
       continue;
     }
-    seen[site.site()] = now;
-    if (st->state() == "held") {
+    int64_t gap = now - seen[site];
+    int64_t worst = worst_gap_ms_.load();
+    while (gap > worst && !worst_gap_ms_.compare_exchange_weak(worst, gap)) {
+    }
+    seen[site] = now;
+    const std::string& state = st->state();
+    if (state == "held") {
       // The decision is durable but this site never got its commit (the
       // coordinator restarted in between): re-drive it.
-      spdlog::info("job {}: re-sending the commit to {}", job.id, site.site());
-      if (auto c = CommitSite(job, run, site); !c.ok()) {
-        Fail(job, run, StrCat("commit failed at ", site.site(), ": ", c.message()), site.site());
-        return;
-      }
-      continue;
-    }
-    if (st->state() == "succeeded") {
+      spdlog::info("job {}: re-sending the commit to {}", job.id, site);
+      recommit.push_back(i);
+    } else if (state == "succeeded") {
       ++succeeded;
-    } else if (st->state() == "failed" || st->state() == "unknown") {
+    } else if (state == "failed" || state == "unknown") {
       std::string codes;
       for (const auto& [rank, code] : st->exit_codes()) {
         if (code != 0) codes += StrCat(codes.empty() ? "" : ", ", "rank ", rank, " exit ", code);
@@ -361,82 +418,84 @@ void Coordinator::Drive(JobRecord job) {
       // Only a silent site is avoided next time: ranks that exited non-zero,
       // a slice stopped by its lease, or a slice lost in a gateway restart
       // say nothing against the site.
-      const bool lost = st->state() == "unknown";
+      const bool lost = state == "unknown";
       Fail(job, run,
-           StrCat("site ", site.site(), ": ", lost ? "lost the slice (gateway restarted?)" : "",
+           StrCat("site ", site, ": ", lost ? "lost the slice (gateway restarted?)" : "",
                   st->message(), codes.empty() ? "" : StrCat(" (", codes, ")")),
            "");
       return;
     }
   }
+  if (!recommit.empty()) {
+    if (auto c = CommitAll(job, run, recommit); !c.ok()) {
+      Fail(job, run, std::string(c.message()), "");
+      return;
+    }
+  }
   if (succeeded == run.sites_size()) {
-    job.state = "SUCCEEDED";
+    job.state = JobState::kSucceeded;
     job.reason = StrCat("all ", run.world_size(), " rank(s) exited 0 on ", run.sites_size(),
                         " site(s)");
     job.updated_at_unix_ms = now;
-    (void)store_->Save(job);
+    if (Save(&job)) spdlog::info("job {} succeeded", job.id);
     last_ok_.erase(job.id);
-    spdlog::info("job {} succeeded", job.id);
   }
 }
 
 void Coordinator::Fail(JobRecord job, const v1::RunPlan& run, const std::string& reason,
                        const std::string& bad_site) {
-  AbortRun(job, reason);
+  StopRun(job, reason);
   v1::RunPlan next = run;
   if (!bad_site.empty()) next.add_avoided_sites(bad_site);
   job.run = next.SerializeAsString();
   job.updated_at_unix_ms = core_->clock()->NowMs();
   const uint32_t max_attempts = std::max<uint32_t>(1, job.spec.max_attempts());
   if (job.attempt >= max_attempts) {
-    job.state = "FAILED";
+    job.state = JobState::kFailed;
     job.reason = StrCat("attempt ", job.attempt, " of ", max_attempts, " failed: ", reason);
   } else {
-    job.state = "PENDING";
+    job.state = JobState::kPending;
     job.reason = StrCat("attempt ", job.attempt, " failed: ", reason, "; retrying",
                         bad_site.empty() ? "" : StrCat(" without ", bad_site));
   }
-  (void)store_->Save(job);
+  if (Save(&job)) spdlog::warn("job {}: {}", job.id, job.reason);
   last_ok_.erase(job.id);
-  spdlog::warn("job {}: {}", job.id, job.reason);
 }
 
-void Coordinator::AbortRun(const JobRecord& job, const std::string& reason) {
+void Coordinator::StopRun(const JobRecord& job, const std::string& reason) {
   v1::RunPlan run;
-  if (!run.ParseFromString(job.run)) return;
+  if (job.run.empty() || !run.ParseFromString(job.run)) return;
   for (const auto& site : run.sites()) {
     v1::AbortRequest a;
     *a.mutable_key() = Key(job, run.epoch());
     a.set_reason(reason);
-    if (auto st = Abort(site.site(), a); !st.ok()) {
-      spdlog::warn("job {}: abort at {} failed: {} (its lease will stop it)", job.id, site.site(),
-                   std::string(st.message()));
-    }
+    participants_->Abort(site.site(), std::move(a), rpc_timeout_ms(),
+                         [id = job.id, s = site.site()](absl::StatusOr<v1::AbortResponse> r) {
+                           if (!r.ok()) {
+                             spdlog::warn("job {}: abort at {} failed: {} (its lease will stop it)",
+                                          id, s, std::string(r.status().message()));
+                           }
+                         });
   }
 }
 
-absl::StatusOr<v1::ReadLogResponse> Coordinator::ReadLog(const JobRecord& job, uint32_t rank) {
+absl::StatusOr<v1::ReadLogResponse> Coordinator::ReadLog(const JobRecord& job,
+                                                         const v1::ReadLogRequest& req) {
   v1::RunPlan run;
   run.ParseFromString(job.run);
   for (const auto& site : run.sites()) {
     for (const auto& r : site.ranks()) {
-      if (r.rank() != rank) continue;
-      if (site.site() == core_->config().site) return local_->ReadLog(job.id, rank);
-      auto stub = Stub(site.site());
-      if (stub == nullptr) return absl::UnavailableError(StrCat(site.site(), " is not a peer"));
-      v1::ReadLogRequest req;
-      req.set_site(core_->config().site);
-      req.set_job_id(job.id);
-      req.set_rank(rank);
-      grpc::ClientContext ctx;
-      Deadline(&ctx);
-      v1::ReadLogResponse resp;
-      if (auto st = FromGrpc(stub->ReadLog(&ctx, req, &resp)); !st.ok()) return st;
-      return resp;
+      if (r.rank() != req.rank()) continue;
+      v1::ReadLogRequest ask = req;
+      ask.set_job_id(job.id);
+      ask.set_attempt(job.attempt);
+      // Logs are not on the lease's clock: a slow disk gets a few seconds.
+      return participants_->Wait(&ParticipantClient::ReadLog, site.site(), std::move(ask),
+                                 std::max<int64_t>(5000, rpc_timeout_ms()));
     }
   }
   return absl::NotFoundError(job.run.empty() ? StrCat("job ", job.id, " has not run yet")
-                                             : StrCat("job ", job.id, " has no rank ", rank));
+                                             : StrCat("job ", job.id, " has no rank ", req.rank()));
 }
 
 }  // namespace fedgate::gateway

@@ -1,10 +1,18 @@
-// The coordinator of the jobs submitted here: places pending jobs, runs the
-// two-phase reservation (Prepare everywhere, decision written durably, then
-// Commit), renews the slices' leases while polling their state, and retries
-// elsewhere or fails a job when a rank fails or a site goes silent.
+// The coordinator of the jobs submitted here. Two loops, each its own thread:
+// - placement: places pending jobs and runs the two-phase reservation
+//   (Prepare on every chosen site at once, the decision written durably, then
+//   Commit everywhere at once);
+// - renewal: every fifth of the lease, pages through every running job and
+//   asks every site of every job for its slice's state at once (which renews
+//   the slice's lease), then ends, retries or re-commits jobs.
+// Every write of a job is a compare-and-set through the job state machine:
+// a loop that loses (the job was cancelled meanwhile) re-reads and never
+// overwrites. Calls carry deadlines of a quarter of the lease; sites known to
+// be down are not called.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -12,61 +20,65 @@
 #include <thread>
 #include <vector>
 
-#include <grpcpp/security/tls_certificate_provider.h>
-
 #include "absl/status/statusor.h"
-#include "fedgate/v1/federation.grpc.pb.h"
+#include "fedgate/v1/federation.pb.h"
 #include "fedgate/v1/jobs.pb.h"
 #include "gateway/job_store.h"
 
 namespace fedgate::gateway {
 
 class GatewayCore;
-class Participant;
+class ParticipantClient;
 
 class Coordinator {
  public:
-  Coordinator(GatewayCore* core, JobStore* store, Participant* local,
-              std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider);
+  Coordinator(GatewayCore* core, JobStore* store, ParticipantClient* participants);
   ~Coordinator();
   void Start();
   void Stop();
 
-  // Stops the job's slices everywhere (cancel).
-  void AbortRun(const JobRecord& job, const std::string& reason);
-  absl::StatusOr<v1::ReadLogResponse> ReadLog(const JobRecord& job, uint32_t rank);
+  // Stops the job's slices everywhere (cancel); returns without waiting for
+  // the sites: a silent site's lease stops its slice anyway.
+  void StopRun(const JobRecord& job, const std::string& reason);
+  absl::StatusOr<v1::ReadLogResponse> ReadLog(const JobRecord& job, const v1::ReadLogRequest& req);
   // How long a slice keeps running without hearing from this coordinator.
   int64_t lease_ms() const { return lease_ms_; }
+  // The deadline of every call to a participant: well under a third of the lease.
+  int64_t rpc_timeout_ms() const { return lease_ms_ / 4; }
+
+  // For benchmarks and tests: renewal passes done, and the longest time a
+  // running slice went without a successful renewal, among sites that answered.
+  uint64_t renew_passes() const { return renew_passes_; }
+  int64_t worst_renew_gap_ms() const { return worst_gap_ms_; }
 
  private:
-  void Loop();
+  void PlaceLoop();
+  void RenewLoop();
+  void Sleep(int64_t ms);
   void TryStart(JobRecord job, const std::vector<std::string>& unreachable);
-  void Drive(JobRecord job);
-  absl::Status CommitSite(const JobRecord& job, const v1::RunPlan& run, const v1::SiteRun& site);
+  void UndoReservation(JobRecord job, const std::string& why);
+  void RenewAll();
+  void Judge(JobRecord job, const v1::RunPlan& run,
+             const std::vector<absl::StatusOr<v1::SliceStatusResponse>>& answers, int64_t now);
+  absl::Status CommitAll(const JobRecord& job, const v1::RunPlan& run,
+                         const std::vector<int>& which);
   void Fail(JobRecord job, const v1::RunPlan& run, const std::string& reason,
             const std::string& bad_site);
-
-  std::shared_ptr<v1::PeerService::Stub> Stub(const std::string& site);
-  // Drops a site's channel after a transport failure; the next call dials anew.
-  void Forget(const std::string& site, const grpc::Status& st);
-  absl::StatusOr<v1::PrepareResponse> Prepare(const std::string& site, v1::PrepareRequest req);
-  absl::Status Commit(const std::string& site, v1::CommitRequest req);
-  absl::Status Abort(const std::string& site, v1::AbortRequest req);
-  absl::StatusOr<v1::SliceStatusResponse> Status(const std::string& site,
-                                                 v1::SliceStatusRequest req);
+  // The compare-and-set write; false (logged) when the job moved meanwhile.
+  bool Save(JobRecord* job);
 
   GatewayCore* core_;
   JobStore* store_;
-  Participant* local_;
-  int64_t lease_ms_;
-  std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider_;
-  std::mutex stubs_mu_;
-  // Shared: a call in flight keeps its stub alive if Forget() drops it meanwhile.
-  std::map<std::string, std::pair<std::string, std::shared_ptr<v1::PeerService::Stub>>> stubs_;
-  std::map<std::string, std::map<std::string, int64_t>> last_ok_;  // job -> site -> ms
-  uint64_t last_epoch_ = 0;
+  ParticipantClient* participants_;
+  const int64_t lease_ms_;
+  uint64_t last_epoch_ = 0;                                        // placement thread only
+  std::map<std::string, std::map<std::string, int64_t>> last_ok_;  // renewal thread only
+  std::atomic<uint64_t> renew_passes_{0};
+  std::atomic<int64_t> worst_gap_ms_{0};
+  std::mutex wake_mu_;
+  std::condition_variable wake_;
   std::atomic<bool> stop_{false};
-  std::thread thread_;
+  std::thread placer_, renewer_;
 };
 
 }  // namespace fedgate::gateway

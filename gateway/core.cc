@@ -126,6 +126,15 @@ absl::StatusOr<v1::AdvertiseResponse> GatewayCore::Advertise(const Identity& cal
   return resp;
 }
 
+std::set<std::string> GatewayCore::DownPeers() {
+  std::lock_guard lock(mu_);
+  std::set<std::string> out;
+  for (const auto& p : peers_.List()) {
+    if (peers_.StateOf(p.site) == federation::PeerState::kDown) out.insert(p.site);
+  }
+  return out;
+}
+
 v1::ListPeersResponse GatewayCore::ListPeers() {
   std::lock_guard lock(mu_);
   v1::ListPeersResponse resp;

@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -65,6 +66,8 @@ class GatewayCore {
   // For the peer links.
   bool IsApprovedPeer(std::string_view site);
   std::vector<federation::PeerInfo> Peers();
+  // Approved peers that are down now (silent past a few advertise intervals).
+  std::set<std::string> DownPeers();
   std::vector<v1::CapacityAd> Pending(const std::string& peer,
                                       const std::map<std::string, uint64_t>& sent);
   void RecordPush(const std::string& peer, double rtt_ms);

@@ -12,6 +12,7 @@
 #include "gateway/coordinator.h"
 #include "gateway/core.h"
 #include "gateway/participant.h"
+#include "gateway/participant_client.h"
 #include "gateway/rest_server.h"
 #include "gateway/job_manager.h"
 #include "gateway/job_store.h"
@@ -73,8 +74,10 @@ absl::Status Gateway::Start() {
   }
   job_manager_ = std::make_unique<JobManager>(core_.get(), job_store_.get());
   if (job_store_) {
-    coordinator_ = std::make_unique<Coordinator>(core_.get(), job_store_.get(), participant_.get(),
-                                                 client_certs_);
+    participant_client_ =
+        std::make_unique<ParticipantClient>(core_.get(), participant_.get(), client_certs_);
+    coordinator_ =
+        std::make_unique<Coordinator>(core_.get(), job_store_.get(), participant_client_.get());
     job_manager_->SetCoordinator(coordinator_.get());
   }
   if (job_store_) {

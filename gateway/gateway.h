@@ -32,6 +32,7 @@ class RestServer;
 class JobStore;
 class Participant;
 class Coordinator;
+class ParticipantClient;
 class Store;
 class SystemClock;
 
@@ -58,6 +59,7 @@ class Gateway {
   std::unique_ptr<PeerServiceImpl> peer_service_;
   std::unique_ptr<AdminServiceImpl> admin_service_;
   std::unique_ptr<Participant> participant_;
+  std::unique_ptr<ParticipantClient> participant_client_;  // outlives the coordinator
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<JobStore> job_store_;
   std::unique_ptr<JobManager> job_manager_;

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "federation/job_spec.h"
+#include "federation/names.h"
 #include "federation/str_cat.h"
 #include "gateway/coordinator.h"
 #include "gateway/core.h"
@@ -14,8 +15,10 @@
 namespace fedgate::gateway {
 
 namespace {
+using federation::JobState;
 bool Terminal(const std::string& state) {
-  return state == "SUCCEEDED" || state == "FAILED" || state == "CANCELLED";
+  auto s = federation::ParseJobState(state);
+  return !s || federation::IsTerminal(*s);
 }
 // How often the Watch and Logs streams look for news.
 constexpr auto kStreamPoll = std::chrono::milliseconds(300);
@@ -28,14 +31,14 @@ v1::Job JobManager::ToProto(const JobRecord& r, bool with_plan) {
   j.set_id(r.id);
   j.set_name(r.spec.name());
   j.set_tenant(r.tenant);
-  j.set_state(r.state);
+  j.set_state(std::string(federation::JobStateName(r.state)));
   j.set_attempt(r.attempt);
   j.set_reason(r.reason);
   *j.mutable_spec() = r.spec;
   j.set_created_at_unix_ms(r.created_at_unix_ms);
   j.set_updated_at_unix_ms(r.updated_at_unix_ms);
   if (!r.run.empty()) j.mutable_run()->ParseFromString(r.run);
-  if (with_plan && r.state == "PENDING") {
+  if (with_plan && r.state == JobState::kPending) {
     auto plan = core_->Plan(r.spec);
     if (plan.ok()) {
       *j.mutable_placement() = *plan;
@@ -70,7 +73,7 @@ void JobManager::SubmitAsync(const Identity& caller, const v1::SubmitJobRequest&
   r.tenant = caller.tenant;
   r.idempotency_key = req.idempotency_key();
   r.spec = federation::WithDefaults(req.spec());
-  r.state = "PENDING";
+  r.state = JobState::kPending;
   r.reason = plan->summary();
   r.created_at_unix_ms = r.updated_at_unix_ms = core_->clock()->NowMs();
   auto reply = [this, done](absl::StatusOr<SubmitOutcome> out) {
@@ -109,6 +112,10 @@ absl::StatusOr<v1::SubmitJobResponse> JobManager::Submit(const Identity& caller,
 }
 
 absl::StatusOr<JobRecord> JobManager::Load(const Identity& caller, const std::string& id) {
+  if (!federation::IsValidJobId(id)) {
+    return absl::InvalidArgumentError(
+        StrCat("malformed job id \"", id.substr(0, 40), "\" (want j- and 16 hex digits)"));
+  }
   std::optional<JobRecord> r;
   if (store_ == nullptr) {
     std::lock_guard lock(mem_mu_);
@@ -155,12 +162,15 @@ absl::StatusOr<v1::LogsResponse> JobManager::Logs(const Identity& caller,
   auto r = Load(caller, req.id());
   if (!r.ok()) return r.status();
   if (coordinator_ == nullptr) return absl::UnavailableError("no coordinator");
-  auto log = coordinator_->ReadLog(*r, req.rank());
+  v1::ReadLogRequest ask;
+  ask.set_rank(req.rank());
+  ask.set_offset(req.offset());
+  auto log = coordinator_->ReadLog(*r, ask);
   if (!log.ok()) return log.status();
   v1::LogsResponse resp;
   resp.set_content(log->content());
-  resp.set_truncated(log->truncated());
-  resp.set_state(r->state);
+  resp.set_offset(log->offset());
+  resp.set_state(std::string(federation::JobStateName(r->state)));
   return resp;
 }
 
@@ -188,27 +198,27 @@ absl::Status JobManager::Watch(const Identity& caller, const std::string& id,
 absl::Status JobManager::StreamLogs(const Identity& caller, const v1::LogsRequest& req,
                                     const std::function<bool(const v1::LogsResponse&)>& emit,
                                     const std::function<bool()>& cancelled) {
-  size_t sent = 0;
+  // Consecutive chunks by offset: memory stays at one chunk whatever the
+  // log's size, and a poll reads only what was appended.
+  v1::LogsRequest at = req;
+  uint32_t attempt = 0;
   while (!cancelled()) {
-    auto log = Logs(caller, req);
+    auto job = Load(caller, req.id());
+    if (!job.ok()) return job.status();
+    if (attempt != 0 && job->attempt != attempt) at.set_offset(0);  // a new attempt, a new log
+    attempt = job->attempt;
+    auto log = Logs(caller, at);
     if (!log.ok()) {
       // Before the rank has started there is no log yet: keep waiting.
       if (!req.follow() || !absl::IsNotFound(log.status())) return log.status();
-      auto job = Load(caller, req.id());
-      if (!job.ok()) return job.status();
-      if (Terminal(job->state)) return log.status();
+      if (federation::IsTerminal(job->state)) return log.status();
       std::this_thread::sleep_for(kStreamPoll);
       continue;
     }
-    const std::string& all = log->content();
-    if (all.size() < sent) sent = 0;  // a new attempt started a new log
-    if (all.size() > sent) {
-      v1::LogsResponse chunk;
-      chunk.set_content(all.substr(sent));
-      chunk.set_truncated(log->truncated());
-      chunk.set_state(log->state());
-      if (!emit(chunk)) return absl::CancelledError("client went away");
-      sent = all.size();
+    if (!log->content().empty()) {
+      if (!emit(*log)) return absl::CancelledError("client went away");
+      at.set_offset(log->offset() + log->content().size());
+      continue;  // more may be waiting: read on before sleeping
     }
     if (!req.follow() || Terminal(log->state())) return absl::OkStatus();
     std::this_thread::sleep_for(kStreamPoll);
@@ -218,26 +228,35 @@ absl::Status JobManager::StreamLogs(const Identity& caller, const v1::LogsReques
 
 absl::StatusOr<v1::CancelJobResponse> JobManager::Cancel(const Identity& caller,
                                                          const v1::CancelJobRequest& req) {
-  auto r = Load(caller, req.id());
-  if (!r.ok()) return r.status();
-  if (Terminal(r->state)) {
-    return absl::FailedPreconditionError(
-        StrCat("job ", r->id, " already ended (", r->state, ")"));
-  }
   const std::string reason = StrCat("cancelled by ", caller.ToUri());
-  const int64_t now = core_->clock()->NowMs();
-  if (store_ != nullptr) {
-    if (auto st = store_->Update(r->id, "CANCELLED", reason, now); !st.ok()) return st;
+  // A compare-and-set: if the coordinator moved the job since it was read,
+  // read it again and cancel what it is now. Once this write lands, the
+  // coordinator's own writes of the job fail and it starts no rank.
+  for (int tries = 0;; ++tries) {
+    auto r = Load(caller, req.id());
+    if (!r.ok()) return r.status();
+    if (federation::IsTerminal(r->state)) {
+      return absl::FailedPreconditionError(
+          StrCat("job ", r->id, " already ended (", federation::JobStateName(r->state), ")"));
+    }
+    JobRecord next = *r;
+    next.state = JobState::kCancelled;
+    next.reason = reason;
+    next.updated_at_unix_ms = core_->clock()->NowMs();
+    if (store_ == nullptr) {
+      std::lock_guard lock(mem_mu_);
+      mem_[next.id] = next;
+    } else if (auto st = store_->Save(&next, federation::JobActor::kCaller); !st.ok()) {
+      if (absl::IsAborted(st) && tries < 50) continue;
+      return st;
+    }
+    // Stops every slice everywhere (their leases would stop them anyway).
+    if (coordinator_ != nullptr) coordinator_->StopRun(next, reason);
+    spdlog::info("job {} {}", next.id, reason);
+    v1::CancelJobResponse resp;
+    *resp.mutable_job() = ToProto(next, false);
+    return resp;
   }
-  r->state = "CANCELLED";
-  r->reason = reason;
-  r->updated_at_unix_ms = now;
-  // Stops every slice everywhere (their leases would stop them anyway).
-  if (coordinator_ != nullptr) coordinator_->AbortRun(*r, reason);
-  spdlog::info("job {} {}", r->id, reason);
-  v1::CancelJobResponse resp;
-  *resp.mutable_job() = ToProto(*r, false);
-  return resp;
 }
 
 }  // namespace fedgate::gateway

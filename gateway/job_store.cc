@@ -19,7 +19,7 @@ absl::Status SqlError(sqlite3* db, std::string_view what) {
 
 constexpr const char* kColumns =
     "id, tenant, idempotency_key, spec, state, attempt, reason, created_at_unix_ms, "
-    "updated_at_unix_ms, run";
+    "updated_at_unix_ms, run, version";
 
 JobRecord Row(sqlite3_stmt* s) {
   JobRecord r;
@@ -28,13 +28,15 @@ JobRecord Row(sqlite3_stmt* s) {
   r.idempotency_key = ColText(s, 2);
   const void* blob = sqlite3_column_blob(s, 3);
   r.spec.ParseFromArray(blob, sqlite3_column_bytes(s, 3));
-  r.state = ColText(s, 4);
+  // A state this build does not know cannot be driven: shown as FAILED.
+  r.state = federation::ParseJobState(ColText(s, 4)).value_or(federation::JobState::kFailed);
   r.attempt = static_cast<uint32_t>(sqlite3_column_int64(s, 5));
   r.reason = ColText(s, 6);
   r.created_at_unix_ms = sqlite3_column_int64(s, 7);
   r.updated_at_unix_ms = sqlite3_column_int64(s, 8);
   r.run.assign(static_cast<const char*>(sqlite3_column_blob(s, 9)) ?: "",
                static_cast<size_t>(sqlite3_column_bytes(s, 9)));
+  r.version = static_cast<uint64_t>(sqlite3_column_int64(s, 10));
   return r;
 }
 
@@ -176,8 +178,8 @@ void JobStore::SubmitAsync(JobRecord job,
           }
         }
         SqlStmt ins(db, StrCat("INSERT INTO jobs(", kColumns,
-                            ", name) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?11, ?10);")
-                         .c_str());
+                               ", name) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?11, 0, ?10);")
+                            .c_str());
         if (!ins.ok()) return SqlError(db, "insert");
         ins.Text(1, job.id);
         ins.Text(2, job.tenant);
@@ -187,7 +189,7 @@ void JobStore::SubmitAsync(JobRecord job,
           ins.Text(3, job.idempotency_key);
         }
         ins.Blob(4, job.spec.SerializeAsString());
-        ins.Text(5, job.state);
+        ins.Text(5, std::string(federation::JobStateName(job.state)));
         ins.Int(6, job.attempt);
         ins.Text(7, job.reason);
         ins.Int(8, job.created_at_unix_ms);
@@ -240,15 +242,17 @@ absl::StatusOr<std::vector<JobRecord>> JobStore::List(const std::string& tenant,
   return out;
 }
 
-absl::StatusOr<std::vector<JobRecord>> JobStore::ListActive(int limit) {
+absl::StatusOr<std::vector<JobRecord>> JobStore::ListActive(const std::string& after_id,
+                                                            int limit) {
   std::lock_guard lock(read_mu_);
   const std::string sql =
       StrCat("SELECT ", kColumns,
-             " FROM jobs WHERE state IN ('PENDING', 'RESERVING', 'RUNNING') "
-             "ORDER BY created_at_unix_ms, id LIMIT ?1;");
+             " FROM jobs WHERE state IN ('PENDING', 'RESERVING', 'RUNNING') AND id > ?1 "
+             "ORDER BY id LIMIT ?2;");
   SqlStmt st(reader_, sql.c_str());
   if (!st.ok()) return SqlError(reader_, "list active");
-  st.Int(1, std::clamp(limit, 1, 100000));
+  st.Text(1, after_id);
+  st.Int(2, std::clamp(limit, 1, 100000));
   std::vector<JobRecord> out;
   int rc;
   while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) out.push_back(Row(st.get()));
@@ -256,37 +260,55 @@ absl::StatusOr<std::vector<JobRecord>> JobStore::ListActive(int limit) {
   return out;
 }
 
-absl::Status JobStore::Save(const JobRecord& job) {
-  return Enqueue([&](sqlite3* db) -> absl::Status {
-    SqlStmt up(db,
-            "UPDATE jobs SET state = ?2, reason = ?3, attempt = ?4, run = ?5, "
-            "updated_at_unix_ms = ?6 WHERE id = ?1;");
-    if (!up.ok()) return SqlError(db, "save");
-    up.Text(1, job.id);
-    up.Text(2, job.state);
-    up.Text(3, job.reason);
-    up.Int(4, job.attempt);
-    up.Blob(5, job.run);
-    up.Int(6, job.updated_at_unix_ms);
-    if (sqlite3_step(up.get()) != SQLITE_DONE) return SqlError(db, "save");
-    if (sqlite3_changes(db) == 0) return absl::NotFoundError(StrCat("no job ", job.id));
-    return absl::OkStatus();
-  });
+absl::StatusOr<std::vector<JobRecord>> JobStore::ListAllActive(int page) {
+  std::vector<JobRecord> all;
+  std::string after;
+  while (true) {
+    auto rows = ListActive(after, page);
+    if (!rows.ok()) return rows.status();
+    const bool last = static_cast<int>(rows->size()) < page;
+    if (!rows->empty()) after = rows->back().id;
+    for (auto& r : *rows) all.push_back(std::move(r));
+    if (last) return all;
+  }
 }
 
-absl::Status JobStore::Update(const std::string& id, const std::string& state,
-                              const std::string& reason, int64_t now_ms) {
-  return Enqueue([&](sqlite3* db) -> absl::Status {
-    SqlStmt up(db, "UPDATE jobs SET state = ?2, reason = ?3, updated_at_unix_ms = ?4 WHERE id = ?1;");
-    if (!up.ok()) return SqlError(db, "update");
-    up.Text(1, id);
-    up.Text(2, state);
-    up.Text(3, reason);
-    up.Int(4, now_ms);
-    if (sqlite3_step(up.get()) != SQLITE_DONE) return SqlError(db, "update");
-    if (sqlite3_changes(db) == 0) return absl::NotFoundError(StrCat("no job ", id));
+absl::Status JobStore::Save(JobRecord* job, federation::JobActor who) {
+  uint64_t stored_version = 0;
+  absl::Status st = Enqueue([&](sqlite3* db) -> absl::Status {
+    SqlStmt sel(db, "SELECT state, version FROM jobs WHERE id = ?1;");
+    if (!sel.ok()) return SqlError(db, "save");
+    sel.Text(1, job->id);
+    const int rc = sqlite3_step(sel.get());
+    if (rc == SQLITE_DONE) return absl::NotFoundError(StrCat("no job ", job->id));
+    if (rc != SQLITE_ROW) return SqlError(db, "save");
+    const auto stored = federation::ParseJobState(ColText(sel.get(), 0));
+    stored_version = static_cast<uint64_t>(sqlite3_column_int64(sel.get(), 1));
+    if (stored_version != job->version) {
+      return absl::AbortedError(StrCat("job ", job->id, " changed since it was read (version ",
+                                       job->version, ", now ", stored_version, ", ",
+                                       stored ? federation::JobStateName(*stored) : "?", ")"));
+    }
+    if (!stored) return absl::DataLossError(StrCat("job ", job->id, " has an unknown state"));
+    if (auto t = federation::CheckTransition(*stored, job->state, who); !t.ok()) {
+      return absl::FailedPreconditionError(StrCat("job ", job->id, ": ", t.message()));
+    }
+    SqlStmt up(db,
+               "UPDATE jobs SET state = ?2, reason = ?3, attempt = ?4, run = ?5, "
+               "updated_at_unix_ms = ?6, version = version + 1 WHERE id = ?1 AND version = ?7;");
+    if (!up.ok()) return SqlError(db, "save");
+    up.Text(1, job->id);
+    up.Text(2, std::string(federation::JobStateName(job->state)));
+    up.Text(3, job->reason);
+    up.Int(4, job->attempt);
+    up.Blob(5, job->run);
+    up.Int(6, job->updated_at_unix_ms);
+    up.Int(7, static_cast<int64_t>(job->version));
+    if (sqlite3_step(up.get()) != SQLITE_DONE) return SqlError(db, "save");
     return absl::OkStatus();
   });
+  if (st.ok()) job->version = stored_version + 1;
+  return st;
 }
 
 }  // namespace fedgate::gateway

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "federation/job_state.h"
 #include "fedgate/v1/jobs.pb.h"
 
 struct sqlite3;
@@ -29,12 +30,13 @@ struct JobRecord {
   std::string tenant;
   std::string idempotency_key;  // "" = none
   v1::JobSpec spec;
-  std::string state = "PENDING";
+  federation::JobState state = federation::JobState::kPending;
   uint32_t attempt = 0;
   std::string reason;
   int64_t created_at_unix_ms = 0;
   int64_t updated_at_unix_ms = 0;
   std::string run;  // serialized v1::RunPlan, "" before the first attempt
+  uint64_t version = 0;  // bumped by every write; Save compares it
 };
 
 struct SubmitOutcome {
@@ -58,13 +60,17 @@ class JobStore {
   // order, at most `limit`; `state` filters when not empty.
   absl::StatusOr<std::vector<JobRecord>> List(const std::string& tenant, const std::string& state,
                                               const std::string& after_id, int limit);
-  // Durably writes state, reason, attempt and run of an existing job.
-  absl::Status Save(const JobRecord& job);
-  // Jobs that have not ended (PENDING, RESERVING, RUNNING), oldest first.
-  absl::StatusOr<std::vector<JobRecord>> ListActive(int limit);
-  // Sets state and reason; NOT_FOUND for an unknown id.
-  absl::Status Update(const std::string& id, const std::string& state, const std::string& reason,
-                      int64_t now_ms);
+  // Durably writes state, reason, attempt and run of an existing job, as a
+  // compare-and-set: only if the stored version is still `job->version` (else
+  // ABORTED: someone wrote since it was read; re-read and decide again) and
+  // the state machine lets `who` move the stored state to `job->state` (else
+  // FAILED_PRECONDITION). On success `job->version` is the new version.
+  absl::Status Save(JobRecord* job, federation::JobActor who);
+  // Jobs that have not ended (PENDING, RESERVING, RUNNING) with ids after
+  // `after_id`, in id order, at most `limit`.
+  absl::StatusOr<std::vector<JobRecord>> ListActive(const std::string& after_id, int limit);
+  // Every job that has not ended, read page by page.
+  absl::StatusOr<std::vector<JobRecord>> ListAllActive(int page = 500);
 
   // Transactions committed and the largest number of writes one carried.
   uint64_t commits() const { return commits_; }

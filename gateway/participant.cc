@@ -4,15 +4,21 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
+#include <set>
 #include <cstdio>
 #include <optional>
 #include <fstream>
 #include <sstream>
 
 #include "federation/clock.h"
+#include "federation/names.h"
+#include "federation/saturating.h"
 #include "federation/str_cat.h"
 #include "gateway/crash_point.h"
 #include "gateway/store.h"
@@ -40,6 +46,9 @@ uint32_t PickFreePort() {
 }
 
 constexpr int64_t kKillGraceMs = 3000;
+// How long a finished slice's state stays answerable, and its job's epoch
+// and owner remembered.
+constexpr int64_t kFinishedSliceKeepMs = 10 * 60 * 1000;
 
 }  // namespace
 
@@ -96,7 +105,7 @@ void Participant::CleanUpAfterRestart() {
     spdlog::warn("job {}: found {} rank(s) of a slice from before the restart; stopped {}",
                  ss.job_id, s.ranks.size(), killed);
     latest_attempt_[ss.job_id] = ss.attempt;
-    slices_[ss.job_id] = std::move(s);
+    slices_[{ss.job_id, ss.epoch}] = std::move(s);
     (void)store_->DeleteSlice(ss.job_id);
   }
 }
@@ -119,10 +128,10 @@ void Participant::Stop() {
   // Ranks are left running: they stop by themselves when their lease lapses
   // only while a gateway sweeps, so stop them here instead.
   std::lock_guard lock(mu_);
-  for (auto& [job, s] : slices_) {
+  for (auto& [key, s] : slices_) {
     if (s.state == "running") StopSliceLocked(&s, "gateway shutting down");
   }
-  for (auto& [job, s] : slices_) {
+  for (auto& [key, s] : slices_) {
     for (auto& r : s.ranks) {
       if (!r.exited) exec_.Signal(r.pid, SIGKILL);
     }
@@ -140,15 +149,42 @@ std::map<std::string, uint32_t> Participant::FreeGpus() {
   return out;
 }
 
-absl::StatusOr<v1::PrepareResponse> Participant::Prepare(const v1::PrepareRequest& req) {
+namespace {
+
+absl::Status CheckJobId(const std::string& id) {
+  if (federation::IsValidJobId(id)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      StrCat("malformed job id \"", id.substr(0, 40), "\" (want j- and 16 hex digits)"));
+}
+
+// Bounds on what a coordinator may ask of this site.
+constexpr int64_t kMinHoldTtlMs = 1000, kMaxHoldTtlMs = 10 * 60 * 1000;
+constexpr int64_t kMinLeaseMs = 1000, kMaxLeaseMs = 60 * 60 * 1000;
+constexpr uint32_t kMaxWorldSize = 1 << 20;
+constexpr size_t kMaxCommandBytes = 64 << 10, kMaxEnvBytes = 256 << 10;
+constexpr uint32_t kMaxLogChunk = 1 << 20;
+
+}  // namespace
+
+absl::StatusOr<v1::PrepareResponse> Participant::Prepare(const std::string& from,
+                                                         const v1::PrepareRequest& req) {
+  const auto& key = req.key();
+  if (auto st = CheckJobId(key.job_id()); !st.ok()) return st;
   std::vector<federation::NodeRequest> want;
   for (const auto& n : req.nodes()) want.push_back({n.node(), n.gpus()});
   v1::PrepareResponse resp;
   {
     std::lock_guard lock(mu_);
-    auto hold = ledger_.Prepare(req.key().job_id(), req.key().attempt(), req.key().epoch(), want,
-                                clock_->NowMs(), std::max<int64_t>(req.hold_ttl_ms(), 1000));
+    std::vector<federation::ReservationLedger::HoldKey> stopped;
+    auto hold = ledger_.Prepare(
+        key.job_id(), key.attempt(), key.epoch(), {from, req.tenant()}, want, clock_->NowMs(),
+        federation::ClampMs(req.hold_ttl_ms(), kMinHoldTtlMs, kMaxHoldTtlMs), &stopped);
     if (!hold.ok()) return hold.status();
+    // A newer epoch proves its coordinator moved on from older slices.
+    for (const auto& k : stopped) {
+      auto it = slices_.find(k);
+      if (it != slices_.end()) StopSliceLocked(&it->second, "replaced by a newer attempt");
+    }
     for (const auto& g : hold->gpus) {
       auto* h = resp.add_holds();
       h->set_node(g.node);
@@ -157,31 +193,78 @@ absl::StatusOr<v1::PrepareResponse> Participant::Prepare(const v1::PrepareReques
   }
   if (req.pick_master_port()) resp.set_master_port(PickFreePort());
   CrashPoint("participant-after-prepare");
-  spdlog::info("job {} attempt {} epoch {}: holding GPUs for {}", req.key().job_id(),
-               req.key().attempt(), req.key().epoch(), req.site());
+  spdlog::info("job {} attempt {} epoch {}: holding GPUs for {}", key.job_id(), key.attempt(),
+               key.epoch(), from);
   if (on_change_) on_change_();
   return resp;
 }
 
-absl::Status Participant::Commit(const v1::CommitRequest& req) {
+absl::StatusOr<v1::CommitResponse> Participant::Commit(const std::string& from,
+                                                       const v1::CommitRequest& req) {
   const auto& key = req.key();
-  std::lock_guard lock(mu_);
-  auto existing = slices_.find(key.job_id());
-  if (existing != slices_.end() && existing->second.key.epoch() == key.epoch() &&
-      existing->second.key.attempt() == key.attempt()) {
-    return absl::OkStatus();  // a duplicate commit: already running
+  if (auto st = CheckJobId(key.job_id()); !st.ok()) return st;
+  if (req.command().empty()) return absl::InvalidArgumentError("commit without a command");
+  size_t command_bytes = 0, env_bytes = 0;
+  for (const auto& a : req.command()) command_bytes += a.size();
+  for (const auto& [k, v] : req.env()) env_bytes += k.size() + v.size();
+  if (command_bytes > kMaxCommandBytes || env_bytes > kMaxEnvBytes) {
+    return absl::InvalidArgumentError("command or env too large");
   }
-  auto hold = ledger_.Commit(key.job_id(), key.attempt(), key.epoch(), clock_->NowMs());
+  if (req.world_size() == 0 || req.world_size() > kMaxWorldSize) {
+    return absl::InvalidArgumentError(StrCat("world_size ", req.world_size(), " out of range"));
+  }
+  if (req.master_port() == 0 || req.master_port() > 65535) {
+    return absl::InvalidArgumentError(StrCat("master_port ", req.master_port(), " out of range"));
+  }
+  std::lock_guard lock(mu_);
+  if (auto st = ledger_.CheckOwner(key.job_id(), from); !st.ok()) return st;
+  if (slices_.contains({key.job_id(), key.epoch()})) {
+    return v1::CommitResponse();  // a duplicate commit: already running
+  }
+  const federation::Hold* held = ledger_.Find(key.job_id(), key.epoch());
+  if (held == nullptr || held->attempt != key.attempt()) {
+    return absl::NotFoundError(
+        StrCat("no live hold of job ", key.job_id(), " at epoch ", key.epoch()));
+  }
+  // The GPUs come from the hold: each node's ranks take its held indices in
+  // order, and there must be exactly as many ranks as held GPUs.
+  std::map<std::string, std::vector<uint32_t>> gpus;
+  for (const auto& g : held->gpus) gpus[g.node] = g.indices;
+  std::map<std::string, size_t> used;
+  std::set<uint32_t> ranks;
+  std::vector<uint32_t> gpu_of(req.ranks_size());
+  for (int i = 0; i < req.ranks_size(); ++i) {
+    const auto& r = req.ranks(i);
+    auto it = gpus.find(r.node());
+    if (it == gpus.end() || used[r.node()] >= it->second.size()) {
+      return absl::InvalidArgumentError(
+          StrCat("rank ", r.rank(), " on node \"", r.node().substr(0, 64),
+                 "\" has no held GPU there"));
+    }
+    if (r.rank() >= req.world_size() || !ranks.insert(r.rank()).second ||
+        r.local_rank() >= r.local_world_size() || r.local_world_size() > req.world_size()) {
+      return absl::InvalidArgumentError(StrCat("rank ", r.rank(), " is out of range or repeated"));
+    }
+    gpu_of[i] = it->second[used[r.node()]++];
+  }
+  for (const auto& [node, idx] : gpus) {
+    if (used[node] != idx.size()) {
+      return absl::InvalidArgumentError(StrCat(used[node], " rank(s) for the ", idx.size(),
+                                               " GPU(s) held on node ", node));
+    }
+  }
+  auto hold = ledger_.Commit(key.job_id(), key.attempt(), key.epoch(), from, clock_->NowMs());
   if (!hold.ok()) return hold.status();
   std::map<std::string, std::string> node_addr;
   for (const auto& n : config_.nodes) node_addr[n.name] = n.address;
   Slice s;
   s.key = key;
-  s.lease_ms = std::max<int64_t>(req.lease_ms(), 1000);
-  s.lease_deadline_ms = clock_->NowMs() + s.lease_ms;
+  s.lease_ms = federation::ClampMs(req.lease_ms(), kMinLeaseMs, kMaxLeaseMs);
+  s.lease_deadline_ms = federation::SatAdd(clock_->NowMs(), s.lease_ms);
   std::vector<std::pair<std::string, std::string>> base;
   for (const auto& [k, v] : req.env()) base.emplace_back(k, v);
-  for (const auto& r : req.ranks()) {
+  for (int i = 0; i < req.ranks_size(); ++i) {
+    const auto& r = req.ranks(i);
     auto env = base;
     env.emplace_back("MASTER_ADDR", req.master_addr());
     env.emplace_back("MASTER_PORT", std::to_string(req.master_port()));
@@ -190,7 +273,7 @@ absl::Status Participant::Commit(const v1::CommitRequest& req) {
     env.emplace_back("LOCAL_RANK", std::to_string(r.local_rank()));
     env.emplace_back("LOCAL_WORLD_SIZE", std::to_string(r.local_world_size()));
     env.emplace_back("GROUP_RANK", std::to_string(r.group_rank()));
-    env.emplace_back("CUDA_VISIBLE_DEVICES", std::to_string(r.gpu()));
+    env.emplace_back("CUDA_VISIBLE_DEVICES", std::to_string(gpu_of[i]));
     env.emplace_back("FEDGATE_JOB_ID", key.job_id());
     env.emplace_back("FEDGATE_SITE", config_.site);
     env.emplace_back("FEDGATE_ATTEMPT", std::to_string(key.attempt()));
@@ -224,10 +307,9 @@ absl::Status Participant::Commit(const v1::CommitRequest& req) {
     }
   }
   latest_attempt_[key.job_id()] = key.attempt();
-  if (existing != slices_.end()) StopSliceLocked(&existing->second, "replaced by a newer attempt");
-  slices_[key.job_id()] = std::move(s);
+  slices_[{key.job_id(), key.epoch()}] = std::move(s);
   CrashPoint("participant-after-commit");
-  return absl::OkStatus();
+  return v1::CommitResponse();
 }
 
 void Participant::StopSliceLocked(Slice* s, const std::string& why) {
@@ -235,42 +317,49 @@ void Participant::StopSliceLocked(Slice* s, const std::string& why) {
   s->stopping = true;
   s->message = why;
   if (s->state == "running") s->state = "failed";
+  ledger_.MarkStopping(s->key.job_id(), s->key.epoch());
   for (auto& r : s->ranks) {
     if (!r.exited) exec_.Signal(r.pid, SIGTERM);
   }
-  s->kill_at_ms = clock_->NowMs() + kKillGraceMs;
+  s->kill_at_ms = federation::SatAdd(clock_->NowMs(), kKillGraceMs);
   spdlog::info("job {}: stopping its ranks here: {}", s->key.job_id(), why);
 }
 
-absl::Status Participant::Abort(const v1::AbortRequest& req) {
+absl::StatusOr<v1::AbortResponse> Participant::Abort(const std::string& from,
+                                                     const v1::AbortRequest& req) {
   const auto& key = req.key();
+  if (auto st = CheckJobId(key.job_id()); !st.ok()) return st;
   {
     std::lock_guard lock(mu_);
-    if (auto st = ledger_.Abort(key.job_id(), key.attempt(), key.epoch()); !st.ok()) return st;
-    auto it = slices_.find(key.job_id());
-    if (it != slices_.end() && it->second.key.epoch() <= key.epoch()) {
-      StopSliceLocked(&it->second, StrCat("aborted: ", req.reason()));
+    auto stopping = ledger_.Abort(key.job_id(), key.attempt(), key.epoch(), from);
+    if (!stopping.ok()) return stopping.status();
+    for (const auto& k : *stopping) {
+      auto it = slices_.find(k);
+      if (it != slices_.end()) {
+        StopSliceLocked(&it->second, StrCat("aborted: ", req.reason().substr(0, 512)));
+      }
     }
   }
   if (on_change_) on_change_();
-  return absl::OkStatus();
+  return v1::AbortResponse();
 }
 
-v1::SliceStatusResponse Participant::Status(const v1::SliceStatusRequest& req) {
+absl::StatusOr<v1::SliceStatusResponse> Participant::Status(const std::string& from,
+                                                            const v1::SliceStatusRequest& req) {
+  if (auto st = CheckJobId(req.key().job_id()); !st.ok()) return st;
   v1::SliceStatusResponse resp;
   std::lock_guard lock(mu_);
-  auto it = slices_.find(req.key().job_id());
-  if (it == slices_.end() || it->second.key.epoch() != req.key().epoch()) {
-    auto held = ledger_.holds().find(req.key().job_id());
-    resp.set_state(held != ledger_.holds().end() && held->second.epoch == req.key().epoch()
-                       ? "held"
-                       : "unknown");
+  if (auto st = ledger_.CheckOwner(req.key().job_id(), from); !st.ok()) return st;
+  auto it = slices_.find({req.key().job_id(), req.key().epoch()});
+  if (it == slices_.end()) {
+    resp.set_state(ledger_.Find(req.key().job_id(), req.key().epoch()) != nullptr ? "held"
+                                                                                 : "unknown");
     return resp;
   }
   Slice& s = it->second;
   if (s.state == "running" && !s.stopping) {
-    s.lease_ms = std::max<int64_t>(req.lease_ms(), 1000);
-    s.lease_deadline_ms = clock_->NowMs() + s.lease_ms;
+    s.lease_ms = federation::ClampMs(req.lease_ms(), kMinLeaseMs, kMaxLeaseMs);
+    s.lease_deadline_ms = federation::SatAdd(clock_->NowMs(), s.lease_ms);
   }
   resp.set_state(s.state);
   resp.set_message(s.message);
@@ -280,29 +369,39 @@ v1::SliceStatusResponse Participant::Status(const v1::SliceStatusRequest& req) {
   return resp;
 }
 
-absl::StatusOr<v1::ReadLogResponse> Participant::ReadLog(const std::string& job_id,
-                                                         uint32_t rank) {
-  uint32_t attempt = 0;
+absl::StatusOr<v1::ReadLogResponse> Participant::ReadLog(const std::string& from,
+                                                         const v1::ReadLogRequest& req) {
+  if (auto st = CheckJobId(req.job_id()); !st.ok()) return st;
+  uint32_t attempt = req.attempt();
   {
     std::lock_guard lock(mu_);
-    auto it = latest_attempt_.find(job_id);
+    if (auto st = ledger_.CheckOwner(req.job_id(), from); !st.ok()) return st;
+    auto it = latest_attempt_.find(req.job_id());
     if (it == latest_attempt_.end()) {
-      return absl::NotFoundError(StrCat("no ranks of job ", job_id, " ran at this site"));
+      return absl::NotFoundError(StrCat("no ranks of job ", req.job_id(), " ran at this site"));
     }
-    attempt = it->second;
+    if (attempt == 0) attempt = it->second;
   }
-  std::ifstream f(LogPath(job_id, attempt, rank), std::ios::binary);
-  if (!f) return absl::NotFoundError(StrCat("rank ", rank, " of job ", job_id, " is not here"));
-  std::ostringstream ss;
-  ss << f.rdbuf();
+  const std::string path = LogPath(req.job_id(), attempt, req.rank());
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(StrCat("rank ", req.rank(), " of job ", req.job_id(),
+                                      " attempt ", attempt, " is not here"));
+  }
+  struct stat st{};
+  ::fstat(fd, &st);
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  const uint32_t max = req.max_bytes() == 0 ? kMaxLogChunk : std::min(req.max_bytes(), kMaxLogChunk);
+  const uint64_t offset = std::min<uint64_t>(req.offset(), size);
+  std::string buf(std::min<uint64_t>(max, size - offset), '\0');
+  ssize_t got = buf.empty() ? 0 : ::pread(fd, buf.data(), buf.size(), static_cast<off_t>(offset));
+  ::close(fd);
+  if (got < 0) return absl::InternalError(StrCat("reading ", path, ": ", std::strerror(errno)));
+  buf.resize(static_cast<size_t>(got));
   v1::ReadLogResponse resp;
-  std::string content = ss.str();
-  constexpr size_t kMax = 4 << 20;
-  if (content.size() > kMax) {
-    content = content.substr(content.size() - kMax);
-    resp.set_truncated(true);
-  }
-  resp.set_content(std::move(content));
+  resp.set_content(std::move(buf));
+  resp.set_offset(offset);
+  resp.set_size_bytes(size);
   return resp;
 }
 
@@ -312,7 +411,9 @@ void Participant::Sweep() {
     std::lock_guard lock(mu_);
     const int64_t now = clock_->NowMs();
     if (!ledger_.ExpireHolds(now).empty()) changed = true;
-    for (auto& [job, s] : slices_) {
+    for (auto it = slices_.begin(); it != slices_.end();) {
+      Slice& s = it->second;
+      const std::string& job = s.key.job_id();
       bool all_exited = true, any_failed = false;
       for (auto& r : s.ranks) {
         if (!r.exited) {
@@ -340,13 +441,22 @@ void Participant::Sweep() {
       if (all_exited && s.state == "running" && !s.stopping) {
         s.state = any_failed ? "failed" : "succeeded";
       }
-      if (all_exited && ledger_.holds().contains(job) &&
-          ledger_.holds().at(job).epoch == s.key.epoch()) {
-        ledger_.Release(job);
+      // The GPUs are free only once every rank of the slice has exited.
+      if (all_exited && !s.released) {
+        ledger_.Release(job, s.key.epoch());
         if (store_ != nullptr) (void)store_->DeleteSlice(job);
+        s.released = true;
+        s.ended_at_ms = now;
         changed = true;
       }
+      // A finished slice is kept while its coordinator may still ask.
+      if (s.released && now - s.ended_at_ms > kFinishedSliceKeepMs) {
+        it = slices_.erase(it);
+      } else {
+        ++it;
+      }
     }
+    ledger_.Prune(federation::SatSub(now, kFinishedSliceKeepMs));
     ledger_.CheckInvariants();
   }
   if (changed && on_change_) on_change_();

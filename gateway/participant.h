@@ -38,11 +38,21 @@ class Participant {
   // Called (without locks) whenever free GPUs change, to re-advertise.
   void SetOnCapacityChange(std::function<void()> fn) { on_change_ = std::move(fn); }
 
-  absl::StatusOr<v1::PrepareResponse> Prepare(const v1::PrepareRequest& req);
-  absl::Status Commit(const v1::CommitRequest& req);
-  absl::Status Abort(const v1::AbortRequest& req);
-  v1::SliceStatusResponse Status(const v1::SliceStatusRequest& req);
-  absl::StatusOr<v1::ReadLogResponse> ReadLog(const std::string& job_id, uint32_t rank);
+  // Each call names the coordinator site it comes from (authenticated by the
+  // caller's certificate, or this site for local calls). A job belongs to
+  // the coordinator that first reached this site for it: any other site gets
+  // PERMISSION_DENIED on every call. Every field is validated before use.
+  absl::StatusOr<v1::PrepareResponse> Prepare(const std::string& from,
+                                              const v1::PrepareRequest& req);
+  // Starts the ranks on the GPUs of the hold (never the indices a request
+  // names): the request's ranks must match the hold node by node.
+  absl::StatusOr<v1::CommitResponse> Commit(const std::string& from, const v1::CommitRequest& req);
+  absl::StatusOr<v1::AbortResponse> Abort(const std::string& from, const v1::AbortRequest& req);
+  absl::StatusOr<v1::SliceStatusResponse> Status(const std::string& from,
+                                                 const v1::SliceStatusRequest& req);
+  // Reads the rank's log by offset with pread: at most 1 MiB per call.
+  absl::StatusOr<v1::ReadLogResponse> ReadLog(const std::string& from,
+                                              const v1::ReadLogRequest& req);
 
   // Free GPUs per node right now (total minus held and running).
   std::map<std::string, uint32_t> FreeGpus();
@@ -63,7 +73,10 @@ class Participant {
     std::string message;
     bool stopping = false;
     int64_t kill_at_ms = 0;
+    bool released = false;    // every rank exited and the hold's GPUs are free
+    int64_t ended_at_ms = 0;  // when released; finished slices are pruned later
   };
+  using SliceKey = std::pair<std::string, uint64_t>;  // job id, epoch
   void Sweep();
   void CleanUpAfterRestart();
   void StopSliceLocked(Slice* s, const std::string& why);
@@ -75,7 +88,7 @@ class Participant {
   ProcessExecutor exec_;
   std::mutex mu_;
   federation::ReservationLedger ledger_;
-  std::map<std::string, Slice> slices_;               // by job id
+  std::map<SliceKey, Slice> slices_;
   std::map<std::string, uint32_t> latest_attempt_;    // by job id, for logs
   std::function<void()> on_change_;
   std::atomic<bool> stop_{false};

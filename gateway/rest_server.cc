@@ -235,13 +235,16 @@ struct RestServer::Impl {
         in.set_id(rest.substr(0, rest.size() - 5));
         try {
           in.set_rank(query.contains("rank") ? static_cast<uint32_t>(std::stoul(query.at("rank"))) : 0);
+          in.set_offset(query.contains("offset") ? std::stoull(query.at("offset")) : 0);
         } catch (...) {
-          return Respond(res, absl::InvalidArgumentError("rank must be a number"));
+          return Respond(res, absl::InvalidArgumentError("rank and offset must be numbers"));
         }
         auto out = jobs->Logs(*caller, in);
         if (!out.ok()) return Respond(res, out.status());
         res->result(http::status::ok);
         res->set(http::field::content_type, "text/plain; charset=utf-8");
+        // At most 1 MiB per reply; the next chunk starts at this offset.
+        res->set("X-Fedgate-Next-Offset", std::to_string(out->offset() + out->content().size()));
         res->body() = out->content();
         return;
       }

@@ -75,54 +75,25 @@ absl::Status SameSite(const std::string& named, const Identity& id) {
                                            "\" but the certificate is of \"", id.site, "\""));
 }
 
-grpc::ServerUnaryReactor* PeerServiceImpl::Prepare(grpc::CallbackServerContext* ctx,
-                                                   const v1::PrepareRequest* req,
-                                                   v1::PrepareResponse* resp) {
-  return Guarded(ctx, authz_, metrics_, RpcClass::kPeer, "Prepare", [&](const Identity& id) {
-    if (auto st = SameSite(req->site(), id); !st.ok()) return st;
-    auto out = participant_->Prepare(*req);
-    if (out.ok()) *resp = std::move(*out);
-    return out.status();
-  });
-}
+// The participant's calls: `from` is the caller's site as its certificate
+// says; the participant refuses any site but the job's coordinator.
+#define FEDGATE_PARTICIPANT_RPC(Method, Call, Req, Resp)                                     \
+  grpc::ServerUnaryReactor* PeerServiceImpl::Method(grpc::CallbackServerContext* ctx,       \
+                                                    const v1::Req* req, v1::Resp* resp) {   \
+    return Guarded(ctx, authz_, metrics_, RpcClass::kPeer, #Method, [&](const Identity& id) { \
+      if (auto st = SameSite(req->site(), id); !st.ok()) return st;                          \
+      auto out = participant_->Call(id.site, *req);                                          \
+      if (out.ok()) *resp = std::move(*out);                                                 \
+      return out.status();                                                                   \
+    });                                                                                      \
+  }
 
-grpc::ServerUnaryReactor* PeerServiceImpl::Commit(grpc::CallbackServerContext* ctx,
-                                                  const v1::CommitRequest* req,
-                                                  v1::CommitResponse*) {
-  return Guarded(ctx, authz_, metrics_, RpcClass::kPeer, "Commit", [&](const Identity& id) {
-    if (auto st = SameSite(req->site(), id); !st.ok()) return st;
-    return participant_->Commit(*req);
-  });
-}
-
-grpc::ServerUnaryReactor* PeerServiceImpl::Abort(grpc::CallbackServerContext* ctx,
-                                                 const v1::AbortRequest* req, v1::AbortResponse*) {
-  return Guarded(ctx, authz_, metrics_, RpcClass::kPeer, "Abort", [&](const Identity& id) {
-    if (auto st = SameSite(req->site(), id); !st.ok()) return st;
-    return participant_->Abort(*req);
-  });
-}
-
-grpc::ServerUnaryReactor* PeerServiceImpl::SliceStatus(grpc::CallbackServerContext* ctx,
-                                                       const v1::SliceStatusRequest* req,
-                                                       v1::SliceStatusResponse* resp) {
-  return Guarded(ctx, authz_, metrics_, RpcClass::kPeer, "SliceStatus", [&](const Identity& id) {
-    if (auto st = SameSite(req->site(), id); !st.ok()) return st;
-    *resp = participant_->Status(*req);
-    return absl::OkStatus();
-  });
-}
-
-grpc::ServerUnaryReactor* PeerServiceImpl::ReadLog(grpc::CallbackServerContext* ctx,
-                                                   const v1::ReadLogRequest* req,
-                                                   v1::ReadLogResponse* resp) {
-  return Guarded(ctx, authz_, metrics_, RpcClass::kPeer, "ReadLog", [&](const Identity& id) {
-    if (auto st = SameSite(req->site(), id); !st.ok()) return st;
-    auto out = participant_->ReadLog(req->job_id(), req->rank());
-    if (out.ok()) *resp = std::move(*out);
-    return out.status();
-  });
-}
+FEDGATE_PARTICIPANT_RPC(Prepare, Prepare, PrepareRequest, PrepareResponse)
+FEDGATE_PARTICIPANT_RPC(Commit, Commit, CommitRequest, CommitResponse)
+FEDGATE_PARTICIPANT_RPC(Abort, Abort, AbortRequest, AbortResponse)
+FEDGATE_PARTICIPANT_RPC(SliceStatus, Status, SliceStatusRequest, SliceStatusResponse)
+FEDGATE_PARTICIPANT_RPC(ReadLog, ReadLog, ReadLogRequest, ReadLogResponse)
+#undef FEDGATE_PARTICIPANT_RPC
 
 grpc::ServerUnaryReactor* AdminServiceImpl::ListPeers(grpc::CallbackServerContext* ctx,
                                                       const v1::ListPeersRequest*,

@@ -32,6 +32,8 @@ const char* const kMigrations[] = {
     "                     epoch INTEGER NOT NULL, procs TEXT NOT NULL);",
     // 5: the coordinator scans the jobs that have not ended several times a second.
     "CREATE INDEX jobs_by_state ON jobs(state, created_at_unix_ms);",
+    // 6: every write of a job is a compare-and-set on its version.
+    "ALTER TABLE jobs ADD COLUMN version INTEGER NOT NULL DEFAULT 0;",
 };
 
 }  // namespace

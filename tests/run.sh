@@ -17,9 +17,10 @@ export CCACHE_BASEDIR="$REPO" CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE="${CCACHE_MAXSIZ
 
 configure_and_build() {  # DIR CMAKE_ARGS...
   local dir=$1; shift
+  mkdir -p "$dir"
   if [ ! -f "$dir/build.ninja" ]; then
-    cmake -S "$REPO" -B "$dir" -G Ninja "$@" >"$dir.configure.log" 2>&1 ||
-      { cat "$dir.configure.log"; exit 1; }
+    cmake -S "$REPO" -B "$dir" -G Ninja "$@" >"$dir/configure.log" 2>&1 ||
+      { cat "$dir/configure.log"; exit 1; }
   fi
   echo "== building in $dir"
   cmake --build "$dir" -j"$JOBS" | grep -vE '^\[[0-9]+/[0-9]+\] ' || true

@@ -11,10 +11,11 @@ TEST(Duration, ParsesEveryUnit) {
   EXPECT_EQ(*ParseDurationMs("5m"), 300'000);
   EXPECT_EQ(*ParseDurationMs("2h"), 7'200'000);
   EXPECT_EQ(*ParseDurationMs("1.5s"), 1'500);
+  EXPECT_EQ(*ParseDurationMs("7d"), 604'800'000);  // DESIGN.md: retention: {logs: 7d}
 }
 
 TEST(Duration, RejectsWithAReason) {
-  for (const char* bad : {"", "10", "ms", "-1s", "1.2.3s", "5d", "1 s", "s5"}) {
+  for (const char* bad : {"", "10", "ms", "-1s", "1.2.3s", "5w", "1 s", "s5"}) {
     auto r = ParseDurationMs(bad);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_NE(std::string(r.status().message()).find(bad), std::string::npos);

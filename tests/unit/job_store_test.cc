@@ -49,7 +49,7 @@ TEST_F(JobStoreTest, SubmittedJobsSurviveAReopen) {
   ASSERT_TRUE(got.ok() && got->has_value());
   EXPECT_EQ((*got)->spec.gpus(), 4u);
   EXPECT_EQ((*got)->tenant, "vision");
-  EXPECT_EQ((*got)->state, "PENDING");
+  EXPECT_EQ((*got)->state, federation::JobState::kPending);
 }
 
 TEST_F(JobStoreTest, TheSameKeyGivesTheSameJobPerTenant) {
@@ -100,9 +100,73 @@ TEST_F(JobStoreTest, ListPagesAndFilters) {
   }
   EXPECT_EQ(seen, 25u);
   auto one = jobs_->List("vision", "", "", 1);
-  ASSERT_TRUE(jobs_->Update((*one)[0].id, "CANCELLED", "test", 2).ok());
+  JobRecord cancel = (*one)[0];
+  cancel.state = federation::JobState::kCancelled;
+  ASSERT_TRUE(jobs_->Save(&cancel, federation::JobActor::kCaller).ok());
   EXPECT_EQ(jobs_->List("vision", "CANCELLED", "", 100)->size(), 1u);
-  EXPECT_EQ(jobs_->Update("j-nope", "CANCELLED", "x", 2).code(), absl::StatusCode::kNotFound);
+  JobRecord nope = Job("vision", "");
+  nope.id = "j-0000000000000000";
+  EXPECT_EQ(jobs_->Save(&nope, federation::JobActor::kCaller).code(),
+            absl::StatusCode::kNotFound);
+}
+
+using federation::JobActor;
+using federation::JobState;
+
+TEST_F(JobStoreTest, AStaleWriterLosesTheCompareAndSet) {
+  auto a = jobs_->Submit(Job("vision", ""));
+  ASSERT_TRUE(a.ok());
+  // The coordinator read the job, and so did a cancel.
+  JobRecord coordinator = a->job, cancel = a->job;
+  cancel.state = JobState::kCancelled;
+  cancel.reason = "cancelled by alice";
+  ASSERT_TRUE(jobs_->Save(&cancel, JobActor::kCaller).ok());
+  EXPECT_EQ(cancel.version, a->job.version + 1);
+  // The coordinator's copy is stale: placing it must not undo the cancel.
+  coordinator.state = JobState::kReserving;
+  auto st = jobs_->Save(&coordinator, JobActor::kCoordinator);
+  EXPECT_EQ(st.code(), absl::StatusCode::kAborted) << st;
+  auto got = jobs_->Get(a->job.id);
+  EXPECT_EQ((*got)->state, JobState::kCancelled);
+  EXPECT_EQ((*got)->reason, "cancelled by alice");
+  // Re-read: the state machine now refuses any move out of CANCELLED.
+  JobRecord fresh = **got;
+  fresh.state = JobState::kPending;
+  EXPECT_EQ(jobs_->Save(&fresh, JobActor::kCoordinator).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*jobs_->Get(a->job.id))->state, JobState::kCancelled);
+}
+
+TEST_F(JobStoreTest, VersionsFollowEveryWriteAndSurviveAReopen) {
+  auto a = jobs_->Submit(Job("vision", ""));
+  JobRecord j = a->job;
+  for (JobState s : {JobState::kReserving, JobState::kRunning, JobState::kPending}) {
+    j.state = s;
+    ASSERT_TRUE(jobs_->Save(&j, JobActor::kCoordinator).ok()) << federation::JobStateName(s);
+  }
+  EXPECT_EQ(j.version, 3u);
+  // A skipped phase is refused and leaves the row as it was.
+  j.state = JobState::kSucceeded;
+  EXPECT_EQ(jobs_->Save(&j, JobActor::kCoordinator).code(), absl::StatusCode::kFailedPrecondition);
+  jobs_.reset();
+  jobs_ = std::move(*JobStore::Open(dir_ / "fedgate.db"));
+  auto got = jobs_->Get(a->job.id);
+  EXPECT_EQ((*got)->version, 3u);
+  EXPECT_EQ((*got)->state, JobState::kPending);
+}
+
+TEST_F(JobStoreTest, ListAllActivePagesPastAnyLimit) {
+  for (int i = 0; i < 23; ++i) ASSERT_TRUE(jobs_->Submit(Job("vision", "")).ok());
+  auto done = jobs_->List("vision", "", "", 1);
+  JobRecord c = (*done)[0];
+  c.state = JobState::kCancelled;
+  ASSERT_TRUE(jobs_->Save(&c, JobActor::kCaller).ok());
+  auto all = jobs_->ListAllActive(/*page=*/5);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->size(), 22u) << "every active job, across five pages, the cancelled one left out";
+  std::set<std::string> ids;
+  for (const auto& j : *all) ids.insert(j.id);
+  EXPECT_EQ(ids.size(), 22u);
 }
 
 }  // namespace

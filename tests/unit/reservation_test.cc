@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <random>
 #include <set>
 
@@ -9,6 +10,7 @@ namespace fedgate::federation {
 namespace {
 
 constexpr int64_t kTtl = 10'000;
+const HoldOwner kOwner{"coord", "vision"};
 
 class LedgerTest : public ::testing::Test {
  protected:
@@ -16,71 +18,71 @@ class LedgerTest : public ::testing::Test {
 };
 
 TEST_F(LedgerTest, PrepareCommitReleaseMovesGpus) {
-  auto h = ledger_.Prepare("j1", 1, 1, {{"n1", 6}}, 0, kTtl);
+  auto h = ledger_.Prepare("j1", 1, 1, kOwner, {{"n1", 6}}, 0, kTtl);
   ASSERT_TRUE(h.ok()) << h.status();
   EXPECT_EQ(h->gpus[0].indices, (std::vector<uint32_t>{0, 1, 2, 3, 4, 5}));
   EXPECT_EQ(ledger_.FreeGpus("n1"), 2u);
-  ASSERT_TRUE(ledger_.Commit("j1", 1, 1, 5).ok());
+  ASSERT_TRUE(ledger_.Commit("j1", 1, 1, "coord", 5).ok());
   EXPECT_TRUE(ledger_.ExpireHolds(kTtl * 10).empty()) << "committed holds never expire";
-  auto other = ledger_.Prepare("j2", 1, 1, {{"n1", 3}}, 0, kTtl);
+  auto other = ledger_.Prepare("j2", 1, 1, kOwner, {{"n1", 3}}, 0, kTtl);
   EXPECT_EQ(other.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(ledger_.FreeGpus("n1"), 2u) << "a refused prepare changes nothing";
-  ledger_.Release("j1");
+  ledger_.Release("j1", 1);
   EXPECT_EQ(ledger_.TotalFree(), 12u);
 }
 
 TEST_F(LedgerTest, DuplicatesAreIdempotent) {
-  auto a = ledger_.Prepare("j1", 1, 3, {{"n1", 2}, {"n2", 1}}, 0, kTtl);
-  auto b = ledger_.Prepare("j1", 1, 3, {{"n1", 2}, {"n2", 1}}, 100, kTtl);
+  auto a = ledger_.Prepare("j1", 1, 3, kOwner, {{"n1", 2}, {"n2", 1}}, 0, kTtl);
+  auto b = ledger_.Prepare("j1", 1, 3, kOwner, {{"n1", 2}, {"n2", 1}}, 100, kTtl);
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(a->gpus[0].indices, b->gpus[0].indices);
   EXPECT_EQ(ledger_.TotalFree(), 9u) << "held once, not twice";
-  ASSERT_TRUE(ledger_.Commit("j1", 1, 3, 200).ok());
-  ASSERT_TRUE(ledger_.Commit("j1", 1, 3, 300).ok()) << "a duplicate commit";
-  ASSERT_TRUE(ledger_.Prepare("j1", 1, 3, {{"n1", 2}, {"n2", 1}}, 400, kTtl).ok())
+  ASSERT_TRUE(ledger_.Commit("j1", 1, 3, "coord", 200).ok());
+  ASSERT_TRUE(ledger_.Commit("j1", 1, 3, "coord", 300).ok()) << "a duplicate commit";
+  ASSERT_TRUE(ledger_.Prepare("j1", 1, 3, kOwner, {{"n1", 2}, {"n2", 1}}, 400, kTtl).ok())
       << "a late duplicate prepare of the committed epoch";
-  EXPECT_EQ(ledger_.holds().at("j1").state, HoldState::kCommitted);
+  EXPECT_EQ(ledger_.holds().at({"j1", 3}).state, HoldState::kCommitted);
 }
 
 TEST_F(LedgerTest, StaleEpochsAreRefused) {
-  ASSERT_TRUE(ledger_.Prepare("j1", 1, 5, {{"n1", 2}}, 0, kTtl).ok());
-  EXPECT_EQ(ledger_.Prepare("j1", 1, 4, {{"n1", 2}}, 0, kTtl).status().code(),
+  ASSERT_TRUE(ledger_.Prepare("j1", 1, 5, kOwner, {{"n1", 2}}, 0, kTtl).ok());
+  EXPECT_EQ(ledger_.Prepare("j1", 1, 4, kOwner, {{"n1", 2}}, 0, kTtl).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(ledger_.Commit("j1", 1, 4, 0).status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(ledger_.Abort("j1", 1, 4).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ledger_.Commit("j1", 1, 4, "coord", 0).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ledger_.Abort("j1", 1, 4, "coord").status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(ledger_.FreeGpus("n1"), 6u) << "the epoch-5 hold stands";
   // A newer epoch replaces the uncommitted hold without double counting.
-  auto h = ledger_.Prepare("j1", 2, 6, {{"n1", 8}}, 0, kTtl);
+  auto h = ledger_.Prepare("j1", 2, 6, kOwner, {{"n1", 8}}, 0, kTtl);
   ASSERT_TRUE(h.ok()) << h.status();
   EXPECT_EQ(ledger_.FreeGpus("n1"), 0u);
 }
 
 TEST_F(LedgerTest, ReorderedMessages) {
   // Commit before its prepare: nothing to commit.
-  EXPECT_EQ(ledger_.Commit("j1", 1, 1, 0).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ledger_.Commit("j1", 1, 1, "coord", 0).status().code(), absl::StatusCode::kNotFound);
   // Abort before its prepare: the late prepare of that epoch is refused.
-  ASSERT_TRUE(ledger_.Abort("j2", 1, 7).ok());
-  EXPECT_EQ(ledger_.Prepare("j2", 1, 7, {{"n1", 1}}, 0, kTtl).status().code(),
+  ASSERT_TRUE(ledger_.Abort("j2", 1, 7, "coord").ok());
+  EXPECT_EQ(ledger_.Prepare("j2", 1, 7, kOwner, {{"n1", 1}}, 0, kTtl).status().code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(ledger_.TotalFree(), 12u);
   // Abort twice is fine.
-  ASSERT_TRUE(ledger_.Prepare("j3", 1, 1, {{"n2", 4}}, 0, kTtl).ok());
-  ASSERT_TRUE(ledger_.Abort("j3", 1, 1).ok());
-  ASSERT_TRUE(ledger_.Abort("j3", 1, 1).ok());
+  ASSERT_TRUE(ledger_.Prepare("j3", 1, 1, kOwner, {{"n2", 4}}, 0, kTtl).ok());
+  ASSERT_TRUE(ledger_.Abort("j3", 1, 1, "coord").ok());
+  ASSERT_TRUE(ledger_.Abort("j3", 1, 1, "coord").ok());
   EXPECT_EQ(ledger_.FreeGpus("n2"), 4u);
-  EXPECT_EQ(ledger_.Commit("j3", 1, 1, 0).status().code(), absl::StatusCode::kNotFound)
+  EXPECT_EQ(ledger_.Commit("j3", 1, 1, "coord", 0).status().code(), absl::StatusCode::kNotFound)
       << "commit after abort";
 }
 
 TEST_F(LedgerTest, UncommittedHoldsExpire) {
-  ASSERT_TRUE(ledger_.Prepare("j1", 1, 1, {{"n1", 4}}, 0, kTtl).ok());
+  ASSERT_TRUE(ledger_.Prepare("j1", 1, 1, kOwner, {{"n1", 4}}, 0, kTtl).ok());
   EXPECT_TRUE(ledger_.ExpireHolds(kTtl).empty()) << "still valid at the TTL";
   EXPECT_EQ(ledger_.ExpireHolds(kTtl + 1), (std::vector<std::string>{"j1"}));
   EXPECT_EQ(ledger_.TotalFree(), 12u);
-  EXPECT_EQ(ledger_.Commit("j1", 1, 1, kTtl + 2).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ledger_.Commit("j1", 1, 1, "coord", kTtl + 2).status().code(), absl::StatusCode::kNotFound);
   // A commit that arrives after the TTL but before the sweep also fails.
-  ASSERT_TRUE(ledger_.Prepare("j2", 1, 1, {{"n1", 4}}, 0, kTtl).ok());
-  EXPECT_FALSE(ledger_.Commit("j2", 1, 1, kTtl + 1).ok());
+  ASSERT_TRUE(ledger_.Prepare("j2", 1, 1, kOwner, {{"n1", 4}}, 0, kTtl).ok());
+  EXPECT_FALSE(ledger_.Commit("j2", 1, 1, "coord", kTtl + 1).ok());
   EXPECT_EQ(ledger_.TotalFree(), 12u);
 }
 
@@ -100,17 +102,17 @@ TEST(Ledger, RandomMessageStormsNeverOverbook) {
     switch (pick(0, 4)) {
       case 0:
       case 1:
-        (void)ledger.Prepare(job, attempt, epoch,
+        (void)ledger.Prepare(job, attempt, epoch, kOwner,
                              {{nodes[pick(0, 2)], static_cast<uint32_t>(pick(1, 5))}}, now, 2000);
         break;
       case 2:
-        (void)ledger.Commit(job, attempt, epoch, now);
+        (void)ledger.Commit(job, attempt, epoch, "coord", now);
         break;
       case 3:
-        (void)ledger.Abort(job, attempt, epoch);
+        (void)ledger.Abort(job, attempt, epoch, "coord");
         break;
       case 4:
-        if (pick(0, 3) == 0) ledger.Release(job);
+        if (pick(0, 3) == 0) ledger.Release(job, epoch);
         ledger.ExpireHolds(now);
         break;
     }
@@ -122,6 +124,77 @@ TEST(Ledger, RandomMessageStormsNeverOverbook) {
     }
     ASSERT_EQ(held + ledger.TotalFree(), 20u) << "step " << step;
   }
+}
+
+TEST_F(LedgerTest, AnAbortedCommittedHoldKeepsItsGpusUntilReleased) {
+  ASSERT_TRUE(ledger_.Prepare("j1", 1, 1, kOwner, {{"n1", 8}}, 0, kTtl).ok());
+  ASSERT_TRUE(ledger_.Commit("j1", 1, 1, "coord", 1).ok());
+  auto stopping = ledger_.Abort("j1", 1, 1, "coord");
+  ASSERT_TRUE(stopping.ok());
+  EXPECT_EQ(*stopping, (std::vector<ReservationLedger::HoldKey>{{"j1", 1}}));
+  EXPECT_EQ(ledger_.holds().at({"j1", 1}).state, HoldState::kStopping);
+  // Its ranks may still run: the GPUs are not free for anyone.
+  EXPECT_EQ(ledger_.FreeGpus("n1"), 0u);
+  EXPECT_EQ(ledger_.Prepare("j2", 1, 1, {"coord", "vision"}, {{"n1", 1}}, 2, kTtl)
+                .status()
+                .code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(ledger_.Commit("j1", 1, 1, "coord", 3).status().code(), absl::StatusCode::kNotFound)
+      << "a stopping hold cannot be committed again";
+  ledger_.Release("j1", 1);  // every rank exited
+  EXPECT_EQ(ledger_.FreeGpus("n1"), 8u);
+}
+
+TEST_F(LedgerTest, ANewerEpochStopsTheOlderCommittedSliceWithoutSharingItsGpus) {
+  ASSERT_TRUE(ledger_.Prepare("j1", 1, 1, kOwner, {{"n1", 4}}, 0, kTtl).ok());
+  ASSERT_TRUE(ledger_.Commit("j1", 1, 1, "coord", 1).ok());
+  std::vector<ReservationLedger::HoldKey> stopped;
+  auto next = ledger_.Prepare("j1", 2, 2, kOwner, {{"n1", 4}}, 2, kTtl, &stopped);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(stopped, (std::vector<ReservationLedger::HoldKey>{{"j1", 1}}));
+  EXPECT_EQ(next->gpus[0].indices, (std::vector<uint32_t>{4, 5, 6, 7}))
+      << "the old ranks still hold 0-3";
+  EXPECT_EQ(ledger_.FreeGpus("n1"), 0u);
+  // A further 4 do not fit while the old slice is stopping.
+  EXPECT_EQ(ledger_.Prepare("j1", 3, 3, kOwner, {{"n1", 8}}, 3, kTtl).status().code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
+TEST_F(LedgerTest, OnlyTheCoordinatorThatPreparedMayTouchTheJob) {
+  ASSERT_TRUE(ledger_.Prepare("j1", 1, 1, kOwner, {{"n1", 2}}, 0, kTtl).ok());
+  const HoldOwner intruder{"cn-evil", "vision"};
+  EXPECT_EQ(ledger_.Prepare("j1", 1, 2, intruder, {{"n1", 2}}, 0, kTtl).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(ledger_.Commit("j1", 1, 1, "cn-evil", 1).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(ledger_.Abort("j1", 1, 1, "cn-evil").status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(ledger_.holds().at({"j1", 1}).state, HoldState::kPrepared) << "nothing changed";
+  ASSERT_TRUE(ledger_.Commit("j1", 1, 1, "coord", 1).ok());
+}
+
+TEST_F(LedgerTest, HostileAsksAreRefused) {
+  EXPECT_EQ(ledger_.Prepare("j1", 1, 1, kOwner, {{"n1", 0}}, 0, kTtl).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ledger_.Prepare("j1", 1, 1, kOwner, {{"n1", 4000000000u}}, 0, kTtl).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ledger_.Prepare("j1", 1, 1, kOwner, {}, 0, kTtl).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // A TTL that would overflow `now + ttl` saturates instead of expiring at once.
+  auto h = ledger_.Prepare("j2", 1, 1, kOwner, {{"n1", 1}},
+                           std::numeric_limits<int64_t>::max() - 5, 1000);
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h->expires_at_ms, std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(ledger_.TotalFree(), 11u);
+}
+
+TEST_F(LedgerTest, PruneForgetsFinishedJobsOnly) {
+  ASSERT_TRUE(ledger_.Prepare("j1", 1, 1, kOwner, {{"n1", 2}}, 0, kTtl).ok());
+  ASSERT_TRUE(ledger_.Prepare("j2", 1, 1, kOwner, {{"n1", 2}}, 0, kTtl).ok());
+  ASSERT_TRUE(ledger_.Commit("j2", 1, 1, "coord", 1).ok());
+  ASSERT_TRUE(ledger_.Abort("j1", 1, 1, "coord").ok());
+  ledger_.Prune(100);
+  EXPECT_EQ(ledger_.known_jobs(), 1u) << "j2 still holds GPUs";
 }
 
 }  // namespace
