@@ -46,6 +46,7 @@ struct SiteOptions {
   std::string tls_reload = "";  // e.g. "1s"
   std::string probe_duration = "300ms";
   bool probe_on_peer_up = false;  // loopback floods would disturb timing tests
+  std::string jobs_lease = "";    // jobs.lease; default from the interval
 };
 
 class TestFederation {

@@ -1,0 +1,233 @@
+// The job lifecycle against real gateways: a cancel acknowledged while a
+// participant is frozen in Prepare starts no rank anywhere; a site other than
+// the job's coordinator is refused on every participant call; many fedctl
+// processes submit at once; a large log is followed to its end.
+#include <google/protobuf/util/json_util.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "fedgate/v1/jobs.grpc.pb.h"
+#include "tests/support/harness.h"
+
+namespace fedgate::testing {
+namespace {
+
+class LifecycleTest : public ::testing::Test {
+ protected:
+  void AddSite(const std::string& site, std::vector<std::string> peers, int gpus,
+               const std::string& lease = "") {
+    SiteOptions o;
+    o.site = site;
+    o.peers = std::move(peers);
+    o.jobs_lease = lease;
+    o.node_lines = {"{name: " + site + "-n1, address: 127.0.0.1, gpu_model: A100-80GB, gpus: " +
+                    std::to_string(gpus) + "}"};
+    fed_.AddSite(o);
+  }
+  void SetUp() override {
+    alice_ = ca_.User("vision", "alice");
+    WriteTlsDir(tmp_ / "alice", alice_);
+  }
+  std::unique_ptr<v1::JobService::Stub> Jobs(const std::string& site) {
+    return v1::JobService::NewStub(TlsChannel(fed_.endpoint(site), alice_));
+  }
+  v1::Job Get(const std::string& site, const std::string& id) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::GetJobRequest req;
+    req.set_id(id);
+    v1::GetJobResponse resp;
+    (void)Jobs(site)->Get(&ctx, req, &resp);
+    return resp.job();
+  }
+  std::string Submit(const std::string& site, v1::JobSpec spec) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = std::move(spec);
+    v1::SubmitJobResponse resp;
+    auto st = Jobs(site)->Submit(&ctx, req, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return resp.job().id();
+  }
+
+  TestCa ca_;
+  TestFederation fed_{&ca_};
+  TempDir tmp_;
+  TlsFiles alice_;
+};
+
+TEST_F(LifecycleTest, CancelWhileAParticipantIsFrozenInPrepareStartsNoRank) {
+  // A long lease gives the calls to the frozen site a 3 s deadline: time to
+  // cancel while the job is RESERVING.
+  AddSite("site-a", {"site-b"}, 2, "12s");
+  AddSite("site-b", {"site-a"}, 4, "12s");
+  fed_.StartAll();
+  ASSERT_TRUE(Eventually([&] { return fed_.Converged({"site-a", "site-b"}); }, 15000));
+  const std::string marker = tmp_ / "rank-started";
+  v1::JobSpec spec;
+  spec.set_name("never");
+  spec.set_gpus(6);  // needs both sites
+  for (const char* a : {"sh", "-c", "touch \"$0\"; sleep 30"}) spec.add_command(a);
+  spec.add_command(marker);
+
+  fed_.Kill("site-b", SIGSTOP);
+  const std::string id = Submit("site-a", spec);
+  ASSERT_TRUE(Eventually([&] { return Get("site-a", id).state() == "RESERVING"; }, 5000, 20))
+      << Get("site-a", id).reason();
+  grpc::ClientContext ctx;
+  v1::CancelJobRequest cancel;
+  cancel.set_id(id);
+  v1::CancelJobResponse resp;
+  ASSERT_TRUE(Jobs("site-a")->Cancel(&ctx, cancel, &resp).ok());
+  EXPECT_EQ(resp.job().state(), "CANCELLED");
+  fed_.Kill("site-b", SIGCONT);
+
+  // The reservation's calls end, the coordinator's passes run again and
+  // again: the job stays cancelled and no rank of it ever starts.
+  for (int i = 0; i < 40; ++i) {
+    const v1::Job j = Get("site-a", id);
+    ASSERT_EQ(j.state(), "CANCELLED") << "after " << i * 100 << " ms: " << j.reason();
+    ASSERT_FALSE(std::filesystem::exists(marker)) << "a rank of the cancelled job started";
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(Get("site-a", id).attempt(), 1u) << "never placed a second time";
+}
+
+TEST_F(LifecycleTest, ASiteOtherThanTheCoordinatorIsRefusedOnEveryParticipantCall) {
+  AddSite("site-a", {"site-b"}, 1);
+  AddSite("site-b", {"site-a", "site-c"}, 4);
+  AddSite("site-c", {"site-b"}, 1);
+  fed_.StartAll();
+  ASSERT_TRUE(Eventually([&] { return fed_.Converged({"site-a", "site-b", "site-c"}); }, 15000));
+  v1::JobSpec spec;
+  spec.set_name("victim");
+  spec.set_gpus(3);  // only site-b has 3
+  for (const char* a : {"sleep", "60"}) spec.add_command(a);
+  const std::string id = Submit("site-a", spec);
+  ASSERT_TRUE(Eventually([&] { return Get("site-a", id).state() == "RUNNING"; }, 20000))
+      << Get("site-a", id).reason();
+  const v1::Job job = Get("site-a", id);
+  ASSERT_EQ(job.run().sites(0).site(), "site-b");
+
+  // site-c is an approved peer of site-b, with a valid gateway certificate,
+  // but it does not coordinate this job.
+  auto peer = v1::PeerService::NewStub(TlsChannel(fed_.endpoint("site-b"), ca_.Gateway("site-c")));
+  v1::ReservationKey key;
+  key.set_job_id(id);
+  key.set_attempt(job.attempt());
+  key.set_epoch(job.run().epoch());
+  auto expect_denied = [&](const char* what, auto call) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    const grpc::Status st = call(&ctx);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+        << what << ": " << st.error_message();
+  };
+  expect_denied("Abort", [&](grpc::ClientContext* ctx) {
+    v1::AbortRequest r;
+    r.set_site("site-c");
+    *r.mutable_key() = key;
+    v1::AbortResponse out;
+    return peer->Abort(ctx, r, &out);
+  });
+  expect_denied("Prepare (newer epoch)", [&](grpc::ClientContext* ctx) {
+    v1::PrepareRequest r;
+    r.set_site("site-c");
+    *r.mutable_key() = key;
+    r.mutable_key()->set_epoch(key.epoch() + 1);
+    auto* n = r.add_nodes();
+    n->set_node("site-b-n1");
+    n->set_gpus(1);
+    v1::PrepareResponse out;
+    return peer->Prepare(ctx, r, &out);
+  });
+  expect_denied("Commit", [&](grpc::ClientContext* ctx) {
+    v1::CommitRequest r;
+    r.set_site("site-c");
+    *r.mutable_key() = key;
+    r.add_command("true");
+    r.set_world_size(1);
+    r.set_master_port(1);
+    v1::CommitResponse out;
+    return peer->Commit(ctx, r, &out);
+  });
+  expect_denied("SliceStatus", [&](grpc::ClientContext* ctx) {
+    v1::SliceStatusRequest r;
+    r.set_site("site-c");
+    *r.mutable_key() = key;
+    v1::SliceStatusResponse out;
+    return peer->SliceStatus(ctx, r, &out);
+  });
+  expect_denied("ReadLog", [&](grpc::ClientContext* ctx) {
+    v1::ReadLogRequest r;
+    r.set_site("site-c");
+    r.set_job_id(id);
+    v1::ReadLogResponse out;
+    return peer->ReadLog(ctx, r, &out);
+  });
+  // A job id that is not one is refused before it becomes part of a path.
+  {
+    grpc::ClientContext ctx;
+    v1::ReadLogRequest r;
+    r.set_site("site-c");
+    r.set_job_id("../../../etc");
+    v1::ReadLogResponse out;
+    EXPECT_EQ(peer->ReadLog(&ctx, r, &out).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  // Nothing the intruder sent touched the job.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_EQ(Get("site-a", id).state(), "RUNNING") << Get("site-a", id).reason();
+}
+
+TEST_F(LifecycleTest, SixtyFourFedctlProcessesSubmitAtOnce) {
+  AddSite("site-a", {}, 8);
+  fed_.StartAll();
+  ASSERT_TRUE(fed_.WaitReady("site-a"));
+  WriteText(tmp_ / "job.yaml", "name: burst\ngpus: 1\ncommand: ['true']\n");
+  std::vector<std::unique_ptr<Process>> procs;
+  for (int i = 0; i < 64; ++i) {
+    procs.push_back(Process::Spawn({FedctlBin(), "--gateway", fed_.endpoint("site-a"),
+                                    "--tls-dir", tmp_ / "alice", "-o", "json", "jobs", "submit",
+                                    "-f", tmp_ / "job.yaml"},
+                                   tmp_ / ("submit-" + std::to_string(i) + ".log")));
+  }
+  int ok = 0;
+  for (int i = 0; i < 64; ++i) {
+    auto code = procs[i]->Wait(60000);
+    if (code && *code == 0) {
+      ++ok;
+    } else {
+      ADD_FAILURE() << "fedctl " << i << ": " << ReadText(tmp_ / ("submit-" + std::to_string(i) + ".log"));
+    }
+  }
+  EXPECT_EQ(ok, 64);
+}
+
+TEST_F(LifecycleTest, ALargeLogIsFollowedToItsEndInChunks) {
+  AddSite("site-a", {}, 1);
+  fed_.StartAll();
+  ASSERT_TRUE(fed_.WaitReady("site-a"));
+  // 1 GiB: far past gRPC's 4 MiB message limit, so only chunks get through.
+  constexpr long kBytes = 1L << 30;
+  v1::JobSpec spec;
+  spec.set_name("chatty");
+  spec.set_gpus(1);
+  for (const char* a : {"sh", "-c", "head -c 1073741824 /dev/zero | tr '\\0' x; echo; echo END"}) {
+    spec.add_command(a);
+  }
+  const std::string id = Submit("site-a", spec);
+  auto r = RunCommand({"/bin/sh", "-c",
+                       "\"$0\" --gateway \"$1\" --tls-dir \"$2\" jobs logs \"$3\" | wc -c",
+                       FedctlBin(), fed_.endpoint("site-a"), tmp_ / "alice", id},
+                      {}, 120000);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(std::stol(r.out), kBytes + 5) << "every byte once, up to END";
+  EXPECT_EQ(Get("site-a", id).state(), "SUCCEEDED");
+}
+
+}  // namespace
+}  // namespace fedgate::testing
