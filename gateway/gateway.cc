@@ -85,9 +85,19 @@ absl::Status Gateway::Start() {
                        "Transactions (fsyncs) of the job store's writer.");
     metrics_->Describe("fedgate_job_store_largest_batch", "gauge",
                        "Most writes one job-store transaction carried.");
-    metrics_->OnScrape([js = job_store_.get()](Metrics& m) {
+    metrics_->Describe("fedgate_coordinator_renew_passes_total", "counter",
+                       "Passes of the coordinator's lease renewal over every running job.");
+    metrics_->Describe("fedgate_coordinator_worst_renew_gap_seconds", "gauge",
+                       "Longest time a slice on an answering site went without a renewal "
+                       "(compare with fedgate_coordinator_lease_seconds).");
+    metrics_->Describe("fedgate_coordinator_lease_seconds", "gauge",
+                       "The lease of committed slices.");
+    metrics_->OnScrape([js = job_store_.get(), c = coordinator_.get()](Metrics& m) {
       m.Set("fedgate_job_store_commits_total", {}, static_cast<double>(js->commits()));
       m.Set("fedgate_job_store_largest_batch", {}, static_cast<double>(js->largest_batch()));
+      m.Set("fedgate_coordinator_renew_passes_total", {}, static_cast<double>(c->renew_passes()));
+      m.Set("fedgate_coordinator_worst_renew_gap_seconds", {}, c->worst_renew_gap_ms() / 1000.0);
+      m.Set("fedgate_coordinator_lease_seconds", {}, c->lease_ms() / 1000.0);
     });
   }
   job_service_ = std::make_unique<JobServiceImpl>(core_.get(), job_manager_.get(), authz_.get(),
