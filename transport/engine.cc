@@ -166,9 +166,19 @@ struct BenchServer::Impl {
         return true;
       }
       if (round.done()) break;
-      auto st = transport->Round(round, [&](const v1::BenchRoundResult& r) {
+      absl::Status st = absl::OkStatus();
+      if (round.size_bytes() == 0 || round.size_bytes() > kMaxMessageSize ||
+          (round.latency_iterations() > 0 && round.size_bytes() > kLatencyMaxSize) ||
+          round.latency_iterations() > kMaxLatencyIterations) {
+        st = absl::InvalidArgumentError(
+            StrCat("round refused: size ", round.size_bytes(), " bytes (1..", kMaxMessageSize,
+                   "; ping-pong up to ", kLatencyMaxSize, ") with ", round.latency_iterations(),
+                   " ping-pong iteration(s)"));
+      } else {
+        st = transport->Round(round, [&](const v1::BenchRoundResult& r) {
         (void)control.Send(r);
       });
+      }
       if (!st.ok()) {
         v1::BenchRoundResult r;
         r.set_error(std::string(st.message()));

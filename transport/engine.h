@@ -34,6 +34,11 @@ struct RunOptions {
 };
 
 inline constexpr uint64_t kLatencyMaxSize = 64 * 1024;
+// The largest message a server accepts to receive: a client cannot make a
+// server (fedbench, or the gateway's bench listener) allocate more.
+inline constexpr uint64_t kMaxMessageSize = 256ull << 20;
+// Ping-pong rounds echo whole messages: at most this many per round.
+inline constexpr uint32_t kMaxLatencyIterations = 100000;
 
 absl::StatusOr<v1::BenchReport> RunBenchmark(const RunOptions& options);
 
