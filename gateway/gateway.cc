@@ -168,6 +168,10 @@ void Gateway::Stop() {
   // Running slices elsewhere keep running within their lease; a restarted
   // coordinator picks them up again from the store.
   if (coordinator_) coordinator_->Stop();
+  // Aborts sent by the coordinator end by their deadlines (a quarter lease).
+  if (participant_client_ && !participant_client_->Drain(config_.jobs_lease_ms)) {
+    spdlog::warn("shutting down with calls to participants still in flight");
+  }
   if (core_ && links_) {
     spdlog::info("shutting down: withdrawing this site's ad from peers");
     core_->Withdraw();

@@ -174,9 +174,43 @@ absl::StatusOr<v1::LogsResponse> JobManager::Logs(const Identity& caller,
   return resp;
 }
 
+absl::Status JobManager::OpenStream(const Identity& caller) {
+  const int cap = core_->config().api_max_streams_per_caller;
+  std::lock_guard lock(streams_mu_);
+  int& open = streams_[caller.ToUri()];
+  if (open >= cap) {
+    if (open == 0) streams_.erase(caller.ToUri());
+    return absl::ResourceExhaustedError(
+        StrCat(caller.ToUri(), " already has ", cap,
+               " Watch/Logs stream(s) open (api.max_streams_per_caller)"));
+  }
+  ++open;
+  return absl::OkStatus();
+}
+
+void JobManager::CloseStream(const Identity& caller) {
+  std::lock_guard lock(streams_mu_);
+  auto it = streams_.find(caller.ToUri());
+  if (it != streams_.end() && --it->second <= 0) streams_.erase(it);
+}
+
+namespace {
+// Holds one of the caller's stream slots for a scope.
+class StreamSlot {
+ public:
+  StreamSlot(JobManager* m, const Identity& who) : m_(m), who_(who) {}
+  ~StreamSlot() { m_->CloseStream(who_); }
+ private:
+  JobManager* m_;
+  const Identity& who_;
+};
+}  // namespace
+
 absl::Status JobManager::Watch(const Identity& caller, const std::string& id,
                                const std::function<bool(const v1::Job&)>& emit,
                                const std::function<bool()>& cancelled) {
+  if (auto st = OpenStream(caller); !st.ok()) return st;
+  StreamSlot slot(this, caller);
   std::string last;
   v1::GetJobRequest get;
   get.set_id(id);
@@ -198,6 +232,8 @@ absl::Status JobManager::Watch(const Identity& caller, const std::string& id,
 absl::Status JobManager::StreamLogs(const Identity& caller, const v1::LogsRequest& req,
                                     const std::function<bool(const v1::LogsResponse&)>& emit,
                                     const std::function<bool()>& cancelled) {
+  if (auto st = OpenStream(caller); !st.ok()) return st;
+  StreamSlot slot(this, caller);
   // Consecutive chunks by offset: memory stays at one chunk whatever the
   // log's size, and a poll reads only what was appended.
   v1::LogsRequest at = req;

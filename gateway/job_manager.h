@@ -49,6 +49,12 @@ class JobManager {
                           const std::function<bool(const v1::LogsResponse&)>& emit,
                           const std::function<bool()>& cancelled);
 
+ public:
+  // Counts an open Watch/Logs stream of the caller; RESOURCE_EXHAUSTED past
+  // api.max_streams_per_caller. Pair with CloseStream.
+  absl::Status OpenStream(const Identity& caller);
+  void CloseStream(const Identity& caller);
+
  private:
   absl::StatusOr<JobRecord> Load(const Identity& caller, const std::string& id);
   v1::Job ToProto(const JobRecord& r, bool with_plan);
@@ -56,6 +62,8 @@ class JobManager {
   GatewayCore* core_;
   JobStore* store_;
   Coordinator* coordinator_ = nullptr;
+  std::mutex streams_mu_;
+  std::map<std::string, int> streams_;  // open streams by caller identity
   std::mutex mem_mu_;  // the no-store baseline only
   std::map<std::string, JobRecord> mem_;
 };

@@ -67,6 +67,12 @@ std::shared_ptr<v1::PeerService::Stub> ParticipantClient::Stub(const std::string
   return slot.second;
 }
 
+bool ParticipantClient::Drain(int64_t timeout_ms) {
+  std::unique_lock lock(flight_mu_);
+  return flight_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                             [&] { return in_flight_ == 0; });
+}
+
 #define FEDGATE_PARTICIPANT_CALL(Method, Rpc, Req, Resp, LocalExpr)                         \
   void ParticipantClient::Method(const std::string& site, v1::Req req, int64_t timeout_ms, \
                                  Done<v1::Resp> done) {                                    \
@@ -83,13 +89,19 @@ std::shared_ptr<v1::PeerService::Stub> ParticipantClient::Stub(const std::string
       return;                                                                              \
     }                                                                                      \
     /* The stub outlives the call: the callback holds a reference. */                      \
+    {                                                                                      \
+      std::lock_guard lock(flight_mu_);                                                    \
+      ++in_flight_;                                                                        \
+    }                                                                                      \
     auto rpc = [](v1::PeerService::Stub* s, grpc::ClientContext* c, const v1::Req* q,      \
                   v1::Resp* r, std::function<void(grpc::Status)> f) {                      \
       s->async()->Rpc(c, q, r, std::move(f));                                              \
     };                                                                                     \
     Send<v1::Req, v1::Resp>(stub.get(), rpc, std::move(req), timeout_ms,                   \
-                            [stub, done = std::move(done)](absl::StatusOr<v1::Resp> r) {   \
+                            [this, stub, done = std::move(done)](absl::StatusOr<v1::Resp> r) { \
                               done(std::move(r));                                          \
+                              std::lock_guard lock(flight_mu_);                            \
+                              if (--in_flight_ == 0) flight_cv_.notify_all();              \
                             });                                                            \
   }
 

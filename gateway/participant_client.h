@@ -5,6 +5,7 @@
 // site's endpoint stays the same.
 #pragma once
 
+#include <condition_variable>
 #include <functional>
 #include <future>
 #include <map>
@@ -55,6 +56,10 @@ class ParticipantClient {
     return f.get();
   }
 
+  // Waits (at most `timeout_ms`) until no call is in flight: calls end by
+  // their deadlines, so shutdown leaves no call (or its memory) behind.
+  bool Drain(int64_t timeout_ms);
+
   // Largest reply accepted from a peer (ReadLog chunks stay well below it).
   static constexpr int kMaxReplyBytes = 16 << 20;
 
@@ -66,6 +71,9 @@ class ParticipantClient {
   std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider_;
   std::mutex mu_;
   std::map<std::string, std::pair<std::string, std::shared_ptr<v1::PeerService::Stub>>> stubs_;
+  std::mutex flight_mu_;
+  std::condition_variable flight_cv_;
+  int in_flight_ = 0;
 };
 
 }  // namespace fedgate::gateway

@@ -229,5 +229,58 @@ TEST_F(LifecycleTest, ALargeLogIsFollowedToItsEndInChunks) {
   EXPECT_EQ(Get("site-a", id).state(), "SUCCEEDED");
 }
 
+TEST_F(LifecycleTest, StreamsPerCallerAreCapped) {
+  SiteOptions o;
+  o.site = "site-a";
+  o.node_lines = {"{name: a-n1, address: 127.0.0.1, gpu_model: A100-80GB, gpus: 2}"};
+  o.extra_yaml = "api: {max_streams_per_caller: 2}\n";
+  fed_.AddSite(o);
+  fed_.StartAll();
+  ASSERT_TRUE(fed_.WaitReady("site-a"));
+  v1::JobSpec spec;
+  spec.set_name("long");
+  spec.set_gpus(1);
+  for (const char* a : {"sleep", "60"}) spec.add_command(a);
+  const std::string id = Submit("site-a", spec);
+  auto stub = Jobs("site-a");
+  v1::WatchJobRequest req;
+  req.set_id(id);
+  // Two streams open and deliver the job.
+  std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::Job>>> open;
+  for (int i = 0; i < 2; ++i) {
+    ctxs.push_back(std::make_unique<grpc::ClientContext>());
+    open.push_back(stub->Watch(ctxs.back().get(), req));
+    v1::Job j;
+    ASSERT_TRUE(open.back()->Read(&j)) << "stream " << i;
+    EXPECT_EQ(j.id(), id);
+  }
+  // The third of the same caller is refused.
+  {
+    grpc::ClientContext ctx;
+    auto third = stub->Watch(&ctx, req);
+    v1::Job j;
+    EXPECT_FALSE(third->Read(&j));
+    const grpc::Status st = third->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  }
+  // Closing one frees its slot.
+  ctxs[0]->TryCancel();
+  (void)open[0]->Finish();
+  EXPECT_TRUE(Eventually(
+      [&] {
+        grpc::ClientContext ctx;
+        auto again = stub->Watch(&ctx, req);
+        v1::Job j;
+        const bool ok = again->Read(&j);
+        ctx.TryCancel();
+        (void)again->Finish();
+        return ok;
+      },
+      5000, 100));
+  ctxs[1]->TryCancel();
+  (void)open[1]->Finish();
+}
+
 }  // namespace
 }  // namespace fedgate::testing

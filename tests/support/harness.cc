@@ -126,6 +126,7 @@ void TestFederation::WriteConfig(const std::string& site) {
   y << "bench: {probe_duration: " << s.opts.probe_duration
     << ", probe_on_peer_up: " << (s.opts.probe_on_peer_up ? "true" : "false") << "}\n";
   if (!s.opts.jobs_lease.empty()) y << "jobs: {lease: " << s.opts.jobs_lease << "}\n";
+  y << s.opts.extra_yaml;
   WriteText(tmp_ / (site + "/fedgate.yaml"), y.str());
 }
 

@@ -47,6 +47,7 @@ struct SiteOptions {
   std::string probe_duration = "300ms";
   bool probe_on_peer_up = false;  // loopback floods would disturb timing tests
   std::string jobs_lease = "";    // jobs.lease; default from the interval
+  std::string extra_yaml = "";    // more top-level config lines
 };
 
 class TestFederation {
