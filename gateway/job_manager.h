@@ -1,6 +1,7 @@
-// The coordinator's job API: submit (durable, idempotent), get, list, cancel.
-// Tenants come from the caller's identity. Jobs are queued and explained;
-// reserving and running them across sites is not built yet.
+// The coordinator's job API: submit (durable, idempotent), get, list, cancel,
+// logs and watch. Tenants come from the caller's identity. Cancel is a
+// compare-and-set through the job state machine; the Coordinator reserves and
+// runs what is queued.
 #pragma once
 
 #include <functional>
