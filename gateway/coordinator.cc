@@ -237,7 +237,7 @@ void Coordinator::TryStart(JobRecord job, const std::vector<std::string>& unreac
     req.set_hold_ttl_ms(kHoldTtlMs);
     req.set_pick_master_port(i == 0);
     latch.Add();
-    participants_->Prepare(next.sites(i).site(), req, rpc_timeout_ms(),
+    participants_->Prepare(next.sites(i).site(), req, reserve_timeout_ms(),
                            [&answers, &latch, i](absl::StatusOr<v1::PrepareResponse> r) {
                              answers[i] = std::move(r);
                              latch.Done();
@@ -306,7 +306,7 @@ absl::Status Coordinator::CommitAll(const JobRecord& job, const v1::RunPlan& run
     *c.mutable_env() = job.spec.env();
     c.set_lease_ms(lease_ms_);
     latch.Add();
-    participants_->Commit(site.site(), std::move(c), rpc_timeout_ms(),
+    participants_->Commit(site.site(), std::move(c), reserve_timeout_ms(),
                           [&answers, &latch, k](absl::StatusOr<v1::CommitResponse> r) {
                             answers[k] = std::move(r);
                             latch.Done();

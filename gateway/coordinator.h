@@ -11,6 +11,7 @@
 // be down are not called.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <map>
@@ -43,8 +44,12 @@ class Coordinator {
   absl::StatusOr<v1::ReadLogResponse> ReadLog(const JobRecord& job, const v1::ReadLogRequest& req);
   // How long a slice keeps running without hearing from this coordinator.
   int64_t lease_ms() const { return lease_ms_; }
-  // The deadline of every call to a participant: well under a third of the lease.
+  // The deadline of a renewal (SliceStatus) and of an abort: well under a
+  // third of the lease.
   int64_t rpc_timeout_ms() const { return lease_ms_ / 4; }
+  // The deadline of Prepare and Commit, which run on the placement thread
+  // (never in the way of renewals): a commit spawns every rank of a slice.
+  int64_t reserve_timeout_ms() const { return std::clamp<int64_t>(lease_ms_ / 2, 2000, 5000); }
 
   // For benchmarks and tests: renewal passes done, and the longest time a
   // running slice went without a successful renewal, among sites that answered.

@@ -61,7 +61,7 @@ class LifecycleTest : public ::testing::Test {
 };
 
 TEST_F(LifecycleTest, CancelWhileAParticipantIsFrozenInPrepareStartsNoRank) {
-  // A long lease gives the calls to the frozen site a 3 s deadline: time to
+  // A long lease gives the calls to the frozen site a 5 s deadline: time to
   // cancel while the job is RESERVING.
   AddSite("site-a", {"site-b"}, 2, "12s");
   AddSite("site-b", {"site-a"}, 4, "12s");
