@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 #include <set>
 
 #include "federation/duration.h"
@@ -479,8 +480,8 @@ void Coordinator::StopRun(const JobRecord& job, const std::string& reason) {
   }
 }
 
-absl::StatusOr<v1::ReadLogResponse> Coordinator::ReadLog(const JobRecord& job,
-                                                         const v1::ReadLogRequest& req) {
+void Coordinator::ReadLogAsync(const JobRecord& job, const v1::ReadLogRequest& req,
+                               std::function<void(absl::StatusOr<v1::ReadLogResponse>)> done) {
   v1::RunPlan run;
   run.ParseFromString(job.run);
   for (const auto& site : run.sites()) {
@@ -490,12 +491,21 @@ absl::StatusOr<v1::ReadLogResponse> Coordinator::ReadLog(const JobRecord& job,
       ask.set_job_id(job.id);
       ask.set_attempt(job.attempt);
       // Logs are not on the lease's clock: a slow disk gets a few seconds.
-      return participants_->Wait(&ParticipantClient::ReadLog, site.site(), std::move(ask),
-                                 std::max<int64_t>(5000, rpc_timeout_ms()));
+      participants_->ReadLog(site.site(), std::move(ask), std::max<int64_t>(5000, rpc_timeout_ms()),
+                             std::move(done));
+      return;
     }
   }
-  return absl::NotFoundError(job.run.empty() ? StrCat("job ", job.id, " has not run yet")
-                                             : StrCat("job ", job.id, " has no rank ", req.rank()));
+  done(absl::NotFoundError(job.run.empty() ? StrCat("job ", job.id, " has not run yet")
+                                           : StrCat("job ", job.id, " has no rank ", req.rank())));
+}
+
+absl::StatusOr<v1::ReadLogResponse> Coordinator::ReadLog(const JobRecord& job,
+                                                         const v1::ReadLogRequest& req) {
+  auto p = std::make_shared<std::promise<absl::StatusOr<v1::ReadLogResponse>>>();
+  auto f = p->get_future();
+  ReadLogAsync(job, req, [p](absl::StatusOr<v1::ReadLogResponse> r) { p->set_value(std::move(r)); });
+  return f.get();
 }
 
 }  // namespace fedgate::gateway

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -41,6 +42,10 @@ class Coordinator {
   // Stops the job's slices everywhere (cancel); returns without waiting for
   // the sites: a silent site's lease stops its slice anyway.
   void StopRun(const JobRecord& job, const std::string& reason);
+  // Reads a chunk of a rank's log from the site that runs it. The async form
+  // calls `done` exactly once, possibly on the caller's thread.
+  void ReadLogAsync(const JobRecord& job, const v1::ReadLogRequest& req,
+                    std::function<void(absl::StatusOr<v1::ReadLogResponse>)> done);
   absl::StatusOr<v1::ReadLogResponse> ReadLog(const JobRecord& job, const v1::ReadLogRequest& req);
   // How long a slice keeps running without hearing from this coordinator.
   int64_t lease_ms() const { return lease_ms_; }

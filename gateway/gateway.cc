@@ -74,6 +74,12 @@ absl::Status Gateway::Start() {
   }
   job_manager_ = std::make_unique<JobManager>(core_.get(), job_store_.get());
   if (job_store_) {
+    // Every landed write of a job wakes the Watch streams of that job.
+    job_store_->SetOnWrite([events = job_manager_->events()](const std::string& id) {
+      events->Notify(id);
+    });
+  }
+  if (job_store_) {
     participant_client_ =
         std::make_unique<ParticipantClient>(core_.get(), participant_.get(), client_certs_);
     coordinator_ =

@@ -2,9 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include <chrono>
 #include <future>
-#include <thread>
 
 #include "federation/job_spec.h"
 #include "federation/names.h"
@@ -16,15 +14,16 @@ namespace fedgate::gateway {
 
 namespace {
 using federation::JobState;
-bool Terminal(const std::string& state) {
-  auto s = federation::ParseJobState(state);
-  return !s || federation::IsTerminal(*s);
-}
-// How often the Watch and Logs streams look for news.
-constexpr auto kStreamPoll = std::chrono::milliseconds(300);
+// How often a following Logs stream looks for appended bytes.
+constexpr int64_t kLogPollMs = 300;
 }  // namespace
 
-JobManager::JobManager(GatewayCore* core, JobStore* store) : core_(core), store_(store) {}
+JobManager::JobManager(GatewayCore* core, JobStore* store)
+    : core_(core), store_(store), events_(std::make_unique<JobEvents>(kLogPollMs)) {
+  events_->Start();
+}
+
+JobManager::~JobManager() { events_->Stop(); }
 
 v1::Job JobManager::ToProto(const JobRecord& r, bool with_plan) {
   v1::Job j;
@@ -161,17 +160,10 @@ absl::StatusOr<v1::LogsResponse> JobManager::Logs(const Identity& caller,
                                                   const v1::LogsRequest& req) {
   auto r = Load(caller, req.id());
   if (!r.ok()) return r.status();
-  if (coordinator_ == nullptr) return absl::UnavailableError("no coordinator");
-  v1::ReadLogRequest ask;
-  ask.set_rank(req.rank());
-  ask.set_offset(req.offset());
-  auto log = coordinator_->ReadLog(*r, ask);
-  if (!log.ok()) return log.status();
-  v1::LogsResponse resp;
-  resp.set_content(log->content());
-  resp.set_offset(log->offset());
-  resp.set_state(std::string(federation::JobStateName(r->state)));
-  return resp;
+  std::promise<absl::StatusOr<v1::LogsResponse>> p;
+  auto f = p.get_future();
+  ReadLogAsync(*r, req, [&p](absl::StatusOr<v1::LogsResponse> out) { p.set_value(std::move(out)); });
+  return f.get();
 }
 
 absl::Status JobManager::OpenStream(const Identity& caller) {
@@ -194,72 +186,28 @@ void JobManager::CloseStream(const Identity& caller) {
   if (it != streams_.end() && --it->second <= 0) streams_.erase(it);
 }
 
-namespace {
-// Holds one of the caller's stream slots for a scope.
-class StreamSlot {
- public:
-  StreamSlot(JobManager* m, const Identity& who) : m_(m), who_(who) {}
-  ~StreamSlot() { m_->CloseStream(who_); }
- private:
-  JobManager* m_;
-  const Identity& who_;
-};
-}  // namespace
-
-absl::Status JobManager::Watch(const Identity& caller, const std::string& id,
-                               const std::function<bool(const v1::Job&)>& emit,
-                               const std::function<bool()>& cancelled) {
-  if (auto st = OpenStream(caller); !st.ok()) return st;
-  StreamSlot slot(this, caller);
-  std::string last;
-  v1::GetJobRequest get;
-  get.set_id(id);
-  while (!cancelled()) {
-    auto got = Get(caller, get);
-    if (!got.ok()) return got.status();
-    const auto& j = got->job();
-    const std::string key = StrCat(j.state(), "|", j.attempt(), "|", j.reason());
-    if (key != last) {
-      if (!emit(j)) return absl::CancelledError("client went away");
-      last = key;
-    }
-    if (Terminal(j.state())) return absl::OkStatus();
-    std::this_thread::sleep_for(kStreamPoll);
+void JobManager::ReadLogAsync(const JobRecord& job, const v1::LogsRequest& req,
+                              std::function<void(absl::StatusOr<v1::LogsResponse>)> done) {
+  if (coordinator_ == nullptr) {
+    done(absl::UnavailableError("no coordinator"));
+    return;
   }
-  return absl::CancelledError("cancelled");
-}
-
-absl::Status JobManager::StreamLogs(const Identity& caller, const v1::LogsRequest& req,
-                                    const std::function<bool(const v1::LogsResponse&)>& emit,
-                                    const std::function<bool()>& cancelled) {
-  if (auto st = OpenStream(caller); !st.ok()) return st;
-  StreamSlot slot(this, caller);
-  // Consecutive chunks by offset: memory stays at one chunk whatever the
-  // log's size, and a poll reads only what was appended.
-  v1::LogsRequest at = req;
-  uint32_t attempt = 0;
-  while (!cancelled()) {
-    auto job = Load(caller, req.id());
-    if (!job.ok()) return job.status();
-    if (attempt != 0 && job->attempt != attempt) at.set_offset(0);  // a new attempt, a new log
-    attempt = job->attempt;
-    auto log = Logs(caller, at);
-    if (!log.ok()) {
-      // Before the rank has started there is no log yet: keep waiting.
-      if (!req.follow() || !absl::IsNotFound(log.status())) return log.status();
-      if (federation::IsTerminal(job->state)) return log.status();
-      std::this_thread::sleep_for(kStreamPoll);
-      continue;
-    }
-    if (!log->content().empty()) {
-      if (!emit(*log)) return absl::CancelledError("client went away");
-      at.set_offset(log->offset() + log->content().size());
-      continue;  // more may be waiting: read on before sleeping
-    }
-    if (!req.follow() || Terminal(log->state())) return absl::OkStatus();
-    std::this_thread::sleep_for(kStreamPoll);
-  }
-  return absl::CancelledError("cancelled");
+  v1::ReadLogRequest ask;
+  ask.set_rank(req.rank());
+  ask.set_offset(req.offset());
+  const std::string state(federation::JobStateName(job.state));
+  coordinator_->ReadLogAsync(
+      job, ask, [state, done = std::move(done)](absl::StatusOr<v1::ReadLogResponse> log) {
+        if (!log.ok()) {
+          done(log.status());
+          return;
+        }
+        v1::LogsResponse resp;
+        resp.set_content(std::move(*log->mutable_content()));
+        resp.set_offset(log->offset());
+        resp.set_state(state);
+        done(std::move(resp));
+      });
 }
 
 absl::StatusOr<v1::CancelJobResponse> JobManager::Cancel(const Identity& caller,
@@ -280,8 +228,11 @@ absl::StatusOr<v1::CancelJobResponse> JobManager::Cancel(const Identity& caller,
     next.reason = reason;
     next.updated_at_unix_ms = core_->clock()->NowMs();
     if (store_ == nullptr) {
-      std::lock_guard lock(mem_mu_);
-      mem_[next.id] = next;
+      {
+        std::lock_guard lock(mem_mu_);
+        mem_[next.id] = next;
+      }
+      events_->Notify(next.id);
     } else if (auto st = store_->Save(&next, federation::JobActor::kCaller); !st.ok()) {
       if (absl::IsAborted(st) && tries < 50) continue;
       return st;

@@ -1,17 +1,20 @@
 // The coordinator's job API: submit (durable, idempotent), get, list, cancel,
-// logs and watch. Tenants come from the caller's identity. Cancel is a
+// logs and the wake-ups of Watch/Logs streams (job_streams.h). Tenants come
+// from the caller's identity. Cancel is a
 // compare-and-set through the job state machine; the Coordinator reserves and
 // runs what is queued.
 #pragma once
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "fedgate/v1/jobs.pb.h"
 #include "gateway/identity.h"
+#include "gateway/job_events.h"
 #include "gateway/job_store.h"
 
 namespace fedgate::gateway {
@@ -24,6 +27,7 @@ class JobManager {
   // `store` may be null only for the no-store benchmark baseline
   // (FEDGATE_BENCH_NO_STORE=1): jobs then live in memory and are lost.
   JobManager(GatewayCore* core, JobStore* store);
+  ~JobManager();
   // Set once the coordinator exists; cancel and logs go through it.
   void SetCoordinator(Coordinator* c) { coordinator_ = c; }
 
@@ -40,29 +44,28 @@ class JobManager {
                                                const v1::CancelJobRequest& req);
   absl::StatusOr<v1::LogsResponse> Logs(const Identity& caller, const v1::LogsRequest& req);
 
-  // Server streams. `emit` returns false when the client went away; both end
-  // with OK once the job has ended (Logs without `follow`: at once), or with
-  // CANCELLED when `cancelled()` turns true.
-  absl::Status Watch(const Identity& caller, const std::string& id,
-                     const std::function<bool(const v1::Job&)>& emit,
-                     const std::function<bool()>& cancelled);
-  absl::Status StreamLogs(const Identity& caller, const v1::LogsRequest& req,
-                          const std::function<bool(const v1::LogsResponse&)>& emit,
-                          const std::function<bool()>& cancelled);
+  // Reads a chunk of a rank's log at `req.offset()`; `done` runs exactly once,
+  // possibly on the caller's thread.
+  void ReadLogAsync(const JobRecord& job, const v1::LogsRequest& req,
+                    std::function<void(absl::StatusOr<v1::LogsResponse>)> done);
 
- public:
+  // The caller's job (NOT_FOUND for another tenant's), id validated.
+  absl::StatusOr<JobRecord> Load(const Identity& caller, const std::string& id);
+
   // Counts an open Watch/Logs stream of the caller; RESOURCE_EXHAUSTED past
   // api.max_streams_per_caller. Pair with CloseStream.
   absl::Status OpenStream(const Identity& caller);
   void CloseStream(const Identity& caller);
+  // Wakes the open streams: call Notify after every write of a job.
+  JobEvents* events() { return events_.get(); }
 
  private:
-  absl::StatusOr<JobRecord> Load(const Identity& caller, const std::string& id);
   v1::Job ToProto(const JobRecord& r, bool with_plan);
 
   GatewayCore* core_;
   JobStore* store_;
   Coordinator* coordinator_ = nullptr;
+  std::unique_ptr<JobEvents> events_;
   std::mutex streams_mu_;
   std::map<std::string, int> streams_;  // open streams by caller identity
   std::mutex mem_mu_;  // the no-store baseline only

@@ -307,7 +307,10 @@ absl::Status JobStore::Save(JobRecord* job, federation::JobActor who) {
     if (sqlite3_step(up.get()) != SQLITE_DONE) return SqlError(db, "save");
     return absl::OkStatus();
   });
-  if (st.ok()) job->version = stored_version + 1;
+  if (st.ok()) {
+    job->version = stored_version + 1;
+    if (on_write_) on_write_(job->id);
+  }
   return st;
 }
 

@@ -66,6 +66,8 @@ class JobStore {
   // the state machine lets `who` move the stored state to `job->state` (else
   // FAILED_PRECONDITION). On success `job->version` is the new version.
   absl::Status Save(JobRecord* job, federation::JobActor who);
+  // Called with the job's id after every Save that landed (set before use).
+  void SetOnWrite(std::function<void(const std::string&)> fn) { on_write_ = std::move(fn); }
   // Jobs that have not ended (PENDING, RESERVING, RUNNING) with ids after
   // `after_id`, in id order, at most `limit`.
   absl::StatusOr<std::vector<JobRecord>> ListActive(const std::string& after_id, int limit);
@@ -87,6 +89,7 @@ class JobStore {
                     std::function<void(absl::Status)> done);
   void WriterLoop();
 
+  std::function<void(const std::string&)> on_write_;
   sqlite3* writer_ = nullptr;
   sqlite3* reader_ = nullptr;
   std::mutex read_mu_;

@@ -6,6 +6,7 @@
 #include "federation/str_cat.h"
 #include "gateway/core.h"
 #include "gateway/job_manager.h"
+#include "gateway/job_streams.h"
 #include "gateway/metrics.h"
 #include "gateway/participant.h"
 #include "gateway/prober.h"
@@ -214,24 +215,33 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(grpc::CallbackServerContext* ct
   return reactor;
 }
 
-grpc::Status JobServiceImpl::Watch(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
-                                   grpc::ServerWriter<v1::Job>* writer) {
+namespace {
+// A stream refused before it starts.
+template <typename T>
+grpc::ServerWriteReactor<T>* Refused(const absl::Status& st) {
+  class Done final : public grpc::ServerWriteReactor<T> {
+   public:
+    explicit Done(const absl::Status& st) { this->Finish(ToGrpc(st)); }
+    void OnDone() override { delete this; }
+  };
+  return new Done(st);
+}
+}  // namespace
+
+grpc::ServerWriteReactor<v1::Job>* JobServiceImpl::Watch(grpc::CallbackServerContext* ctx,
+                                                         const v1::WatchJobRequest* req) {
   auto caller = authz_->Authorize(*ctx->auth_context(), RpcClass::kJob, "Watch");
-  if (!caller.ok()) return ToGrpc(caller.status());
+  if (!caller.ok()) return Refused<v1::Job>(caller.status());
   metrics_->Inc("fedgate_job_rpc_handled_total", {{"method", "Watch"}});
-  return ToGrpc(jobs_->Watch(
-      *caller, req->id(), [&](const v1::Job& j) { return writer->Write(j); },
-      [&] { return ctx->IsCancelled(); }));
+  return NewWatchReactor(jobs_, *caller, *req);
 }
 
-grpc::Status JobServiceImpl::Logs(grpc::ServerContext* ctx, const v1::LogsRequest* req,
-                                  grpc::ServerWriter<v1::LogsResponse>* writer) {
+grpc::ServerWriteReactor<v1::LogsResponse>* JobServiceImpl::Logs(grpc::CallbackServerContext* ctx,
+                                                                 const v1::LogsRequest* req) {
   auto caller = authz_->Authorize(*ctx->auth_context(), RpcClass::kJob, "Logs");
-  if (!caller.ok()) return ToGrpc(caller.status());
+  if (!caller.ok()) return Refused<v1::LogsResponse>(caller.status());
   metrics_->Inc("fedgate_job_rpc_handled_total", {{"method", "Logs"}});
-  return ToGrpc(jobs_->StreamLogs(
-      *caller, *req, [&](const v1::LogsResponse& c) { return writer->Write(c); },
-      [&] { return ctx->IsCancelled(); }));
+  return NewLogsReactor(jobs_, *caller, *req);
 }
 
 }  // namespace fedgate::gateway

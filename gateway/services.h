@@ -82,12 +82,9 @@ class AdminServiceImpl final : public v1::AdminService::CallbackService {
 
 class JobManager;
 
-// Unary calls use the callback API; the two server streams (Watch, Logs) are
-// synchronous handlers that poll, on gRPC's sync thread pool.
-using JobServiceBase = v1::JobService::WithCallbackMethod_Plan<
-    v1::JobService::WithCallbackMethod_Submit<v1::JobService::WithCallbackMethod_Get<
-        v1::JobService::WithCallbackMethod_List<
-            v1::JobService::WithCallbackMethod_Cancel<v1::JobService::Service>>>>>;
+// Every method uses the callback API; the two server streams (Watch, Logs)
+// are reactors (job_streams.h) that hold no thread while they wait.
+using JobServiceBase = v1::JobService::CallbackService;
 
 class JobServiceImpl final : public JobServiceBase {
  public:
@@ -105,10 +102,10 @@ class JobServiceImpl final : public JobServiceBase {
   grpc::ServerUnaryReactor* Cancel(grpc::CallbackServerContext* ctx,
                                    const v1::CancelJobRequest* req,
                                    v1::CancelJobResponse* resp) override;
-  grpc::Status Logs(grpc::ServerContext* ctx, const v1::LogsRequest* req,
-                    grpc::ServerWriter<v1::LogsResponse>* writer) override;
-  grpc::Status Watch(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
-                     grpc::ServerWriter<v1::Job>* writer) override;
+  grpc::ServerWriteReactor<v1::LogsResponse>* Logs(grpc::CallbackServerContext* ctx,
+                                                   const v1::LogsRequest* req) override;
+  grpc::ServerWriteReactor<v1::Job>* Watch(grpc::CallbackServerContext* ctx,
+                                           const v1::WatchJobRequest* req) override;
 
  private:
   GatewayCore* core_;

@@ -1,12 +1,15 @@
 // The job lifecycle against real gateways: a cancel acknowledged while a
 // participant is frozen in Prepare starts no rank anywhere; a site other than
 // the job's coordinator is refused on every participant call; many fedctl
-// processes submit at once; a large log is followed to its end.
+// processes submit at once; a large log is followed to its end; open
+// streams hold no thread.
 #include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iostream>
 #include <thread>
 
 #include "fedgate/v1/jobs.grpc.pb.h"
@@ -280,6 +283,95 @@ TEST_F(LifecycleTest, StreamsPerCallerAreCapped) {
       5000, 100));
   ctxs[1]->TryCancel();
   (void)open[1]->Finish();
+}
+
+int Threads(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  }
+  return -1;
+}
+
+// Watch and Logs are reactors: 48 open streams hold no thread while they
+// wait, and a state write (the cancel) wakes every Watch at once.
+TEST_F(LifecycleTest, OpenStreamsHoldNoThreadAndWakeOnStateChanges) {
+  SiteOptions o;
+  o.site = "site-a";
+  o.node_lines = {"{name: a-n1, address: 127.0.0.1, gpu_model: A100-80GB, gpus: 2}"};
+  o.extra_yaml = "api: {max_streams_per_caller: 64}\n";
+  fed_.AddSite(o);
+  fed_.StartAll();
+  ASSERT_TRUE(fed_.WaitReady("site-a"));
+  v1::JobSpec spec;
+  spec.set_name("quiet");
+  spec.set_gpus(1);
+  for (const char* a : {"sleep", "60"}) spec.add_command(a);
+  const std::string id = Submit("site-a", spec);
+  ASSERT_TRUE(Eventually([&] { return Get("site-a", id).state() == "RUNNING"; }, 10000));
+  auto stub = Jobs("site-a");
+  const pid_t pid = fed_.pid("site-a");
+  const int before = Threads(pid);
+  ASSERT_GT(before, 0);
+
+  constexpr int kWatches = 32, kLogs = 16;
+  std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::Job>>> watches;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::LogsResponse>>> logs;
+  v1::WatchJobRequest wreq;
+  wreq.set_id(id);
+  for (int i = 0; i < kWatches; ++i) {
+    ctxs.push_back(std::make_unique<grpc::ClientContext>());
+    watches.push_back(stub->Watch(ctxs.back().get(), wreq));
+    v1::Job j;
+    ASSERT_TRUE(watches.back()->Read(&j)) << "watch " << i;
+    ASSERT_EQ(j.state(), "RUNNING");
+  }
+  v1::LogsRequest lreq;
+  lreq.set_id(id);
+  lreq.set_follow(true);
+  for (int i = 0; i < kLogs; ++i) {
+    ctxs.push_back(std::make_unique<grpc::ClientContext>());
+    logs.push_back(stub->Logs(ctxs.back().get(), lreq));
+  }
+  ASSERT_TRUE(Eventually(
+      [&] {
+        return Metric(fed_.ops_port("site-a"), "fedgate_job_rpc_handled_total{method=\"Logs\"}") >=
+               kLogs;
+      },
+      5000));
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));  // a few log ticks
+  const int during = Threads(pid);
+  std::cout << "gateway threads: " << before << " before, " << during << " with "
+            << kWatches + kLogs << " streams open\n";
+  // A thread per stream would add 48; gRPC may add a few of its own.
+  EXPECT_LT(during - before, 12) << before << " threads before, " << during << " with "
+                                 << kWatches + kLogs << " streams open";
+
+  // The cancel wakes every Watch with the new state, then each ends with OK;
+  // the log followers end once the job has ended.
+  {
+    grpc::ClientContext ctx;
+    v1::CancelJobRequest req;
+    req.set_id(id);
+    v1::CancelJobResponse resp;
+    ASSERT_TRUE(stub->Cancel(&ctx, req, &resp).ok());
+  }
+  for (int i = 0; i < kWatches; ++i) {
+    v1::Job j;
+    ASSERT_TRUE(watches[i]->Read(&j)) << "watch " << i;
+    EXPECT_EQ(j.state(), "CANCELLED");
+    EXPECT_FALSE(watches[i]->Read(&j));
+    EXPECT_TRUE(watches[i]->Finish().ok());
+  }
+  for (int i = 0; i < kLogs; ++i) {
+    v1::LogsResponse r;
+    while (logs[i]->Read(&r)) {
+    }
+    const grpc::Status st = logs[i]->Finish();
+    EXPECT_TRUE(st.ok()) << "logs " << i << ": " << st.error_message();
+  }
 }
 
 }  // namespace
