@@ -2,14 +2,19 @@
 // participant is frozen in Prepare starts no rank anywhere; a site other than
 // the job's coordinator is refused on every participant call; many fedctl
 // processes submit at once; a large log is followed to its end; open
-// streams hold no thread.
+// streams hold no thread; aborts under load never put two jobs on one GPU
+// (read from the process table).
 #include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <atomic>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <set>
 #include <thread>
 
 #include "fedgate/v1/jobs.grpc.pb.h"
@@ -283,6 +288,111 @@ TEST_F(LifecycleTest, StreamsPerCallerAreCapped) {
       5000, 100));
   ctxs[1]->TryCancel();
   (void)open[1]->Finish();
+}
+
+// The GPUs that live rank processes of `jobs` hold right now, read from the
+// process table (each rank's environment), not from any gateway's ledger.
+std::map<std::string, std::set<std::string>> GpuHolders(const std::set<std::string>& jobs,
+                                                        int* processes) {
+  std::map<std::string, std::set<std::string>> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string pid = e.path().filename();
+    if (pid.empty() || !std::isdigit(static_cast<unsigned char>(pid[0]))) continue;
+    std::ifstream in(e.path() / "environ", std::ios::binary);
+    std::string env((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::map<std::string, std::string> vars;
+    for (size_t at = 0; at < env.size();) {
+      size_t end = env.find('\0', at);
+      if (end == std::string::npos) end = env.size();
+      const std::string kv = env.substr(at, end - at);
+      const size_t eq = kv.find('=');
+      if (eq != std::string::npos) vars[kv.substr(0, eq)] = kv.substr(eq + 1);
+      at = end + 1;
+    }
+    auto job = vars.find("FEDGATE_JOB_ID");
+    if (job == vars.end() || jobs.count(job->second) == 0) continue;
+    ++*processes;
+    out[vars["FEDGATE_SITE"] + "/gpu" + vars["CUDA_VISIBLE_DEVICES"]].insert(job->second);
+  }
+  return out;
+}
+
+// Jobs that ignore SIGTERM (so an aborted slice lingers until it is killed
+// after the grace) are cancelled at random while others wait for their GPUs.
+// Sampled every few milliseconds from /proc: no GPU of any site is ever held
+// by live processes of two jobs.
+TEST_F(LifecycleTest, AbortUnderLoadNeverDoubleBooksAGpu) {
+  AddSite("site-a", {"site-b"}, 2);
+  AddSite("site-b", {"site-a"}, 2);
+  fed_.StartAll();
+  ASSERT_TRUE(Eventually([&] { return fed_.Converged({"site-a", "site-b"}); }, 15000));
+  std::set<std::string> ids;
+  std::vector<std::string> order;
+  for (int i = 0; i < 14; ++i) {
+    v1::JobSpec spec;
+    spec.set_name("stubborn-" + std::to_string(i));
+    spec.set_gpus(i % 3 == 0 ? 3 : 1);  // some span both sites
+    for (const char* a : {"sh", "-c", "trap '' TERM; sleep 1.5"}) spec.add_command(a);
+    const std::string id = Submit("site-a", spec);
+    ASSERT_FALSE(id.empty());
+    ids.insert(id);
+    order.push_back(id);
+  }
+
+  std::atomic<bool> done{false};
+  std::atomic<int> samples{0}, seen_procs{0};
+  std::string violation;
+  std::thread sampler([&] {
+    while (!done) {
+      int procs = 0;
+      for (const auto& [gpu, holders] : GpuHolders(ids, &procs)) {
+        if (holders.size() > 1 && violation.empty()) {
+          violation = gpu + " held by " + *holders.begin() + " and " + *holders.rbegin();
+        }
+      }
+      seen_procs += procs;
+      ++samples;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+
+  // Cancel every other job once it runs; the rest run to their end.
+  int cancelled_running = 0;
+  auto stub = Jobs("site-a");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
+  std::set<std::string> left = ids;
+  while (!left.empty() && std::chrono::steady_clock::now() < deadline) {
+    for (size_t i = 0; i < order.size(); ++i) {
+      if (left.count(order[i]) == 0) continue;
+      const v1::Job j = Get("site-a", order[i]);
+      if (j.state() == "SUCCEEDED" || j.state() == "FAILED" || j.state() == "CANCELLED") {
+        left.erase(order[i]);
+      } else if (i % 2 == 1 && j.state() == "RUNNING") {
+        grpc::ClientContext ctx;
+        v1::CancelJobRequest req;
+        req.set_id(order[i]);
+        v1::CancelJobResponse resp;
+        if (stub->Cancel(&ctx, req, &resp).ok()) ++cancelled_running;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  // Lingering ranks of the last aborts are killed after the grace.
+  EXPECT_TRUE(Eventually(
+      [&] {
+        int procs = 0;
+        (void)GpuHolders(ids, &procs);
+        return procs == 0;
+      },
+      10000));
+  done = true;
+  sampler.join();
+  EXPECT_TRUE(left.empty()) << left.size() << " job(s) never ended";
+  EXPECT_TRUE(violation.empty()) << violation;
+  EXPECT_GE(cancelled_running, 4) << "the abort path was hardly exercised";
+  EXPECT_GT(seen_procs.load(), 0) << "no rank process was ever seen: the check saw nothing";
+  std::cout << samples.load() << " process-table samples, " << cancelled_running
+            << " running jobs cancelled\n";
 }
 
 int Threads(pid_t pid) {
