@@ -12,7 +12,7 @@
 #include "federation/str_cat.h"
 #include "gateway/core.h"
 #include "gateway/crash_point.h"
-#include "gateway/participant_client.h"
+#include "gateway/participant_calls.h"
 
 namespace fedgate::gateway {
 namespace {
@@ -77,7 +77,7 @@ absl::Status CheckHolds(const v1::PrepareRequest& req, const v1::PrepareResponse
 
 }  // namespace
 
-Coordinator::Coordinator(GatewayCore* core, JobStore* store, ParticipantClient* participants)
+Coordinator::Coordinator(GatewayCore* core, JobStore* store, ParticipantCalls* participants)
     : core_(core),
       store_(store),
       participants_(participants),
@@ -116,41 +116,44 @@ bool Coordinator::Save(JobRecord* job) {
 }
 
 void Coordinator::PlaceLoop() {
-  federation::ShortestJobFirst policy;
   while (!stop_) {
-    auto jobs = store_->ListAllActive();
-    if (jobs.ok()) {
-      std::vector<federation::QueuedJob> queued;
-      std::map<std::string, JobRecord> pending;
-      for (auto& j : *jobs) {
-        if (j.state == JobState::kReserving) {
-          // Only this thread reserves and it finishes every reservation it
-          // starts, so a job left RESERVING is one a crash interrupted.
-          UndoReservation(j, "reservation interrupted by a coordinator restart; will retry");
-        } else if (j.state == JobState::kPending) {
-          auto ms = federation::ParseDurationMs(j.spec.estimated_duration());
-          queued.push_back({j.id, j.spec.gpus(), ms.ok() ? *ms : 3600000,
-                            j.spec.priority() == "spot", j.created_at_unix_ms});
-          pending[j.id] = j;
-        }
-      }
-      // Only this site and its approved peers can be asked to run ranks:
-      // every other known site is avoided. Computed once per pass.
-      std::vector<std::string> unreachable;
-      if (!queued.empty()) {
-        std::set<std::string> reachable = {core_->config().site};
-        for (const auto& p : core_->Peers()) reachable.insert(p.site);
-        const auto capacity = core_->Capacity();
-        for (const auto& s : capacity.sites()) {
-          if (!reachable.contains(s.site())) unreachable.push_back(s.site());
-        }
-      }
-      for (const auto& id : policy.Order(queued, core_->clock()->NowMs())) {
-        if (stop_) break;
-        TryStart(pending[id], unreachable);
-      }
-    }
+    PlacePass();
     Sleep(kPlacePassMs);
+  }
+}
+
+void Coordinator::PlacePass() {
+  federation::ShortestJobFirst policy;
+  auto jobs = store_->ListAllActive();
+  if (!jobs.ok()) return;
+  std::vector<federation::QueuedJob> queued;
+  std::map<std::string, JobRecord> pending;
+  for (auto& j : *jobs) {
+    if (j.state == JobState::kReserving) {
+      // Only this thread reserves and it finishes every reservation it
+      // starts, so a job left RESERVING is one a crash interrupted.
+      UndoReservation(j, "reservation interrupted by a coordinator restart; will retry");
+    } else if (j.state == JobState::kPending) {
+      auto ms = federation::ParseDurationMs(j.spec.estimated_duration());
+      queued.push_back({j.id, j.spec.gpus(), ms.ok() ? *ms : 3600000,
+                        j.spec.priority() == "spot", j.created_at_unix_ms});
+      pending[j.id] = j;
+    }
+  }
+  // Only this site and its approved peers can be asked to run ranks: every
+  // other known site is avoided. Computed once per pass.
+  std::vector<std::string> unreachable;
+  if (!queued.empty()) {
+    std::set<std::string> reachable = {core_->config().site};
+    for (const auto& p : core_->Peers()) reachable.insert(p.site);
+    const auto capacity = core_->Capacity();
+    for (const auto& s : capacity.sites()) {
+      if (!reachable.contains(s.site())) unreachable.push_back(s.site());
+    }
+  }
+  for (const auto& id : policy.Order(queued, core_->clock()->NowMs())) {
+    if (stop_) break;
+    TryStart(pending[id], unreachable);
   }
 }
 
@@ -327,13 +330,13 @@ absl::Status Coordinator::CommitAll(const JobRecord& job, const v1::RunPlan& run
 void Coordinator::RenewLoop() {
   while (!stop_) {
     const int64_t t0 = core_->clock()->NowMs();
-    RenewAll();
+    RenewPass();
     const int64_t spent = core_->clock()->NowMs() - t0;
     Sleep(std::max<int64_t>(20, lease_ms_ / 5 - spent));
   }
 }
 
-void Coordinator::RenewAll() {
+void Coordinator::RenewPass() {
   auto jobs = store_->ListAllActive();
   if (!jobs.ok()) return;
   const auto down = core_->DownPeers();

@@ -30,11 +30,11 @@
 namespace fedgate::gateway {
 
 class GatewayCore;
-class ParticipantClient;
+class ParticipantCalls;
 
 class Coordinator {
  public:
-  Coordinator(GatewayCore* core, JobStore* store, ParticipantClient* participants);
+  Coordinator(GatewayCore* core, JobStore* store, ParticipantCalls* participants);
   ~Coordinator();
   void Start();
   void Stop();
@@ -56,6 +56,12 @@ class Coordinator {
   // (never in the way of renewals): a commit spawns every rank of a slice.
   int64_t reserve_timeout_ms() const { return std::clamp<int64_t>(lease_ms_ / 2, 2000, 5000); }
 
+  // One pass of each loop; the threads run them, tests call them directly
+  // (with a FakeClock, without Start). Both block until every call they make
+  // has answered or passed its deadline.
+  void PlacePass();
+  void RenewPass();
+
   // For benchmarks and tests: renewal passes done, and the longest time a
   // running slice went without a successful renewal, among sites that answered.
   uint64_t renew_passes() const { return renew_passes_; }
@@ -67,7 +73,6 @@ class Coordinator {
   void Sleep(int64_t ms);
   void TryStart(JobRecord job, const std::vector<std::string>& unreachable);
   void UndoReservation(JobRecord job, const std::string& why);
-  void RenewAll();
   void Judge(JobRecord job, const v1::RunPlan& run,
              const std::vector<absl::StatusOr<v1::SliceStatusResponse>>& answers, int64_t now);
   absl::Status CommitAll(const JobRecord& job, const v1::RunPlan& run,
@@ -79,7 +84,7 @@ class Coordinator {
 
   GatewayCore* core_;
   JobStore* store_;
-  ParticipantClient* participants_;
+  ParticipantCalls* participants_;
   const int64_t lease_ms_;
   uint64_t last_epoch_ = 0;                                        // placement thread only
   std::map<std::string, std::map<std::string, int64_t>> last_ok_;  // renewal thread only

@@ -54,6 +54,11 @@ class Participant {
   absl::StatusOr<v1::ReadLogResponse> ReadLog(const std::string& from,
                                               const v1::ReadLogRequest& req);
 
+  // Reaps exited ranks, stops slices whose lease lapsed, kills ranks past
+  // their grace, frees the GPUs of slices whose every rank exited. The
+  // sweeper thread runs it; tests call it with a FakeClock.
+  void Sweep();
+
   // Free GPUs per node right now (total minus held and running).
   std::map<std::string, uint32_t> FreeGpus();
 
@@ -77,7 +82,6 @@ class Participant {
     int64_t ended_at_ms = 0;  // when released; finished slices are pruned later
   };
   using SliceKey = std::pair<std::string, uint64_t>;  // job id, epoch
-  void Sweep();
   void CleanUpAfterRestart();
   void StopSliceLocked(Slice* s, const std::string& why);
   std::string LogPath(const std::string& job, uint32_t attempt, uint32_t rank) const;

@@ -21,12 +21,12 @@ struct Call {
   grpc::ClientContext ctx;
   Req req;
   Resp resp;
-  ParticipantClient::Done<Resp> done;
+  ParticipantCalls::Done<Resp> done;
 };
 
 template <typename Req, typename Resp, typename AsyncMethod>
 void Send(v1::PeerService::Stub* stub, AsyncMethod method, Req req, int64_t timeout_ms,
-          ParticipantClient::Done<Resp> done) {
+          ParticipantCalls::Done<Resp> done) {
   auto* call = new Call<Req, Resp>{};
   call->req = std::move(req);
   call->done = std::move(done);

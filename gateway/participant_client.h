@@ -7,7 +7,6 @@
 
 #include <condition_variable>
 #include <functional>
-#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -17,44 +16,31 @@
 
 #include "absl/status/statusor.h"
 #include "fedgate/v1/federation.grpc.pb.h"
+#include "gateway/participant_calls.h"
 
 namespace fedgate::gateway {
 
 class GatewayCore;
 class Participant;
 
-class ParticipantClient {
+class ParticipantClient final : public ParticipantCalls {
  public:
-  template <typename T>
-  using Done = std::function<void(absl::StatusOr<T>)>;
-
   ParticipantClient(GatewayCore* core, Participant* local,
                     std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider);
 
-  // `done` runs exactly once, on a gRPC thread or (local site, unknown
-  // site) on the caller's thread. Each request's `site` is set to ours.
+  // Each request's `site` is set to ours. Calls to this site go to the local
+  // participant directly (`done` on the caller's thread), as does a refusal
+  // of an unknown site.
   void Prepare(const std::string& site, v1::PrepareRequest req, int64_t timeout_ms,
-               Done<v1::PrepareResponse> done);
+               Done<v1::PrepareResponse> done) override;
   void Commit(const std::string& site, v1::CommitRequest req, int64_t timeout_ms,
-              Done<v1::CommitResponse> done);
+              Done<v1::CommitResponse> done) override;
   void Abort(const std::string& site, v1::AbortRequest req, int64_t timeout_ms,
-             Done<v1::AbortResponse> done);
+             Done<v1::AbortResponse> done) override;
   void SliceStatus(const std::string& site, v1::SliceStatusRequest req, int64_t timeout_ms,
-                   Done<v1::SliceStatusResponse> done);
+                   Done<v1::SliceStatusResponse> done) override;
   void ReadLog(const std::string& site, v1::ReadLogRequest req, int64_t timeout_ms,
-               Done<v1::ReadLogResponse> done);
-
-  // The same, waiting for the answer.
-  template <typename Resp, typename Req>
-  absl::StatusOr<Resp> Wait(void (ParticipantClient::*call)(const std::string&, Req, int64_t,
-                                                            Done<Resp>),
-                            const std::string& site, Req req, int64_t timeout_ms) {
-    auto p = std::make_shared<std::promise<absl::StatusOr<Resp>>>();
-    auto f = p->get_future();
-    (this->*call)(site, std::move(req), timeout_ms,
-                  [p](absl::StatusOr<Resp> r) { p->set_value(std::move(r)); });
-    return f.get();
-  }
+               Done<v1::ReadLogResponse> done) override;
 
   // Waits (at most `timeout_ms`) until no call is in flight: calls end by
   // their deadlines, so shutdown leaves no call (or its memory) behind.
