@@ -106,7 +106,7 @@ void Participant::CleanUpAfterRestart() {
                  ss.job_id, s.ranks.size(), killed);
     latest_attempt_[ss.job_id] = ss.attempt;
     slices_[{ss.job_id, ss.epoch}] = std::move(s);
-    (void)store_->DeleteSlice(ss.job_id);
+    (void)store_->DeleteSlice(ss.job_id, ss.epoch);
   }
 }
 
@@ -444,7 +444,7 @@ void Participant::Sweep() {
       // The GPUs are free only once every rank of the slice has exited.
       if (all_exited && !s.released) {
         ledger_.Release(job, s.key.epoch());
-        if (store_ != nullptr) (void)store_->DeleteSlice(job);
+        if (store_ != nullptr) (void)store_->DeleteSlice(job, s.key.epoch());
         s.released = true;
         s.ended_at_ms = now;
         changed = true;

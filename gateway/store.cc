@@ -34,6 +34,14 @@ const char* const kMigrations[] = {
     "CREATE INDEX jobs_by_state ON jobs(state, created_at_unix_ms);",
     // 6: every write of a job is a compare-and-set on its version.
     "ALTER TABLE jobs ADD COLUMN version INTEGER NOT NULL DEFAULT 0;",
+    // 7: a job can have two slices at a site (an old epoch still stopping
+    // while a new one runs): slices are keyed by job and epoch.
+    "CREATE TABLE slices_v7 (job_id TEXT NOT NULL, attempt INTEGER NOT NULL,"
+    "                        epoch INTEGER NOT NULL, procs TEXT NOT NULL,"
+    "                        PRIMARY KEY (job_id, epoch));"
+    "INSERT INTO slices_v7 SELECT job_id, attempt, epoch, procs FROM slices;"
+    "DROP TABLE slices;"
+    "ALTER TABLE slices_v7 RENAME TO slices;",
 };
 
 }  // namespace
@@ -149,7 +157,7 @@ absl::Status Store::PutSlice(const StoredSlice& s) {
   std::lock_guard lock(mu_);
   SqlStmt st(db_,
           "INSERT INTO slices(job_id, attempt, epoch, procs) VALUES(?1, ?2, ?3, ?4) "
-          "ON CONFLICT(job_id) DO UPDATE SET attempt=excluded.attempt, epoch=excluded.epoch, "
+          "ON CONFLICT(job_id, epoch) DO UPDATE SET attempt=excluded.attempt, "
           "procs=excluded.procs;");
   if (!st.ok()) return absl::InternalError(sqlite3_errmsg(db_));
   st.Text(1, s.job_id);
@@ -160,11 +168,12 @@ absl::Status Store::PutSlice(const StoredSlice& s) {
   return absl::OkStatus();
 }
 
-absl::Status Store::DeleteSlice(const std::string& job_id) {
+absl::Status Store::DeleteSlice(const std::string& job_id, uint64_t epoch) {
   std::lock_guard lock(mu_);
-  SqlStmt st(db_, "DELETE FROM slices WHERE job_id = ?1;");
+  SqlStmt st(db_, "DELETE FROM slices WHERE job_id = ?1 AND epoch = ?2;");
   if (!st.ok()) return absl::InternalError(sqlite3_errmsg(db_));
   st.Text(1, job_id);
+  st.Int(2, static_cast<int64_t>(epoch));
   if (sqlite3_step(st.get()) != SQLITE_DONE) return absl::InternalError(sqlite3_errmsg(db_));
   return absl::OkStatus();
 }

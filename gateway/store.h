@@ -44,7 +44,7 @@ class Store {
 
   // Rank processes a participant runs (for cleanup after a crash).
   absl::Status PutSlice(const StoredSlice& s);
-  absl::Status DeleteSlice(const std::string& job_id);
+  absl::Status DeleteSlice(const std::string& job_id, uint64_t epoch);
   absl::StatusOr<std::vector<StoredSlice>> LoadSlices();
 
   absl::StatusOr<std::optional<std::string>> GetKv(const std::string& key);

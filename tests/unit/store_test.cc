@@ -15,7 +15,7 @@ TEST(Store, PeersAndKvSurviveReopen) {
   {
     auto store = Store::Open(dir / "data");
     ASSERT_TRUE(store.ok()) << store.status();
-    EXPECT_EQ((*store)->schema_version(), 6);
+    EXPECT_EQ((*store)->schema_version(), 7);
     ASSERT_TRUE((*store)->UpsertPeer({"cn-shanghai", "h:1", 5}).ok());
     ASSERT_TRUE((*store)->UpsertPeer({"cn-shanghai", "h:2", 6}).ok());
     ASSERT_TRUE((*store)->UpsertPeer({"cn-shenzhen", "h:3", 7}).ok());
@@ -32,6 +32,24 @@ TEST(Store, PeersAndKvSurviveReopen) {
   EXPECT_EQ((*peers)[0].added_at_unix_ms, 5) << "an update keeps the first approval time";
   EXPECT_EQ(**(*store)->GetKv("ad_seq"), "41");
   EXPECT_FALSE((*store)->GetKv("missing")->has_value());
+}
+
+// A job may have two slices at one site (an old epoch still stopping while
+// the next runs): ending one must not forget the other's processes.
+TEST(Store, SlicesOfOneJobAreKeptPerEpoch) {
+  TempDir dir;
+  auto store = Store::Open(dir / "data");
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE((*store)->PutSlice({"j-00000000000000aa", 1, 10, "0:100:5"}).ok());
+  ASSERT_TRUE((*store)->PutSlice({"j-00000000000000aa", 2, 20, "0:200:6"}).ok());
+  ASSERT_TRUE((*store)->PutSlice({"j-00000000000000aa", 2, 20, "0:201:7"}).ok());  // update
+  ASSERT_TRUE((*store)->DeleteSlice("j-00000000000000aa", 10).ok());
+  auto left = (*store)->LoadSlices();
+  ASSERT_TRUE(left.ok());
+  ASSERT_EQ(left->size(), 1u);
+  EXPECT_EQ((*left)[0].epoch, 20u);
+  EXPECT_EQ((*left)[0].attempt, 2u);
+  EXPECT_EQ((*left)[0].procs, "0:201:7");
 }
 
 TEST(Store, UsesWalAndRefusesANewerSchema) {
