@@ -10,6 +10,7 @@ PACKAGES=(
   libsqlite3-dev libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libibverbs-dev librdmacm-dev
+  clang libfuzzer-14-dev libclang-rt-14-dev
   iproute2 procps curl python3 iperf3
   python3-torch
 )

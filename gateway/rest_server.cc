@@ -18,6 +18,7 @@
 #include "gateway/identity.h"
 #include "gateway/job_manager.h"
 #include "gateway/metrics.h"
+#include "gateway/rest_routes.h"
 
 namespace fedgate::gateway {
 namespace {
@@ -69,28 +70,6 @@ std::string ToJson(const google::protobuf::Message& m) {
   std::string out;
   (void)google::protobuf::util::MessageToJsonString(m, &out, o);
   return out + "\n";
-}
-
-absl::Status FromJson(const std::string& body, google::protobuf::Message* m) {
-  if (body.empty()) return absl::InvalidArgumentError("empty body: a JSON object is required");
-  google::protobuf::util::JsonParseOptions strict;  // unknown fields are errors
-  auto st = google::protobuf::util::JsonStringToMessage(body, m, strict);
-  if (!st.ok()) return absl::InvalidArgumentError(StrCat("bad JSON body: ", st.message()));
-  return absl::OkStatus();
-}
-
-std::map<std::string, std::string> Query(std::string_view q) {
-  std::map<std::string, std::string> out;
-  size_t pos = 0;
-  while (pos < q.size()) {
-    size_t amp = q.find('&', pos);
-    if (amp == std::string_view::npos) amp = q.size();
-    std::string_view kv = q.substr(pos, amp - pos);
-    size_t eq = kv.find('=');
-    out[std::string(kv.substr(0, eq))] = eq == std::string_view::npos ? "" : std::string(kv.substr(eq + 1));
-    pos = amp + 1;
-  }
-  return out;
 }
 
 }  // namespace
@@ -191,11 +170,6 @@ struct RestServer::Impl {
       Respond(res, caller.status());
       return;
     }
-    const std::string target(req.target());
-    const std::string path = target.substr(0, target.find('?'));
-    const auto query = Query(target.find('?') == std::string::npos ? "" : target.substr(target.find('?') + 1));
-    const bool get = req.method() == http::verb::get, post = req.method() == http::verb::post;
-    constexpr std::string_view kJobs = "/v1/jobs";
     auto reply = [&](const auto& out) {
       if (!out.ok()) {
         Respond(res, out.status());
@@ -205,41 +179,16 @@ struct RestServer::Impl {
       res->body() = ToJson(*out);
     };
     metrics->Inc("fedgate_rest_requests_total", {{"method", std::string(req.method_string())}});
-    if (path == kJobs && post) {
-      v1::SubmitJobRequest in;
-      if (auto st = FromJson(req.body(), &in); !st.ok()) return Respond(res, st);
-      return reply(jobs->Submit(*caller, in));
-    }
-    if (path == kJobs && get) {
-      v1::ListJobsRequest in;
-      if (query.contains("state")) in.set_state(query.at("state"));
-      if (query.contains("page_token")) in.set_page_token(query.at("page_token"));
-      if (query.contains("page_size")) {
-        try {
-          in.set_page_size(static_cast<uint32_t>(std::stoul(query.at("page_size"))));
-        } catch (...) {
-          return Respond(res, absl::InvalidArgumentError("page_size must be a number"));
-        }
-      }
-      return reply(jobs->List(*caller, in));
-    }
-    if (path.rfind(std::string(kJobs) + "/", 0) == 0) {
-      std::string rest = path.substr(kJobs.size() + 1);
-      if (post && rest.size() > 7 && rest.ends_with(":cancel")) {
-        v1::CancelJobRequest in;
-        in.set_id(rest.substr(0, rest.size() - 7));
-        return reply(jobs->Cancel(*caller, in));
-      }
-      if (get && rest.ends_with("/logs")) {
-        v1::LogsRequest in;
-        in.set_id(rest.substr(0, rest.size() - 5));
-        try {
-          in.set_rank(query.contains("rank") ? static_cast<uint32_t>(std::stoul(query.at("rank"))) : 0);
-          in.set_offset(query.contains("offset") ? std::stoull(query.at("offset")) : 0);
-        } catch (...) {
-          return Respond(res, absl::InvalidArgumentError("rank and offset must be numbers"));
-        }
-        auto out = jobs->Logs(*caller, in);
+    auto call = RouteRest(std::string_view(req.method_string().data(), req.method_string().size()),
+                          std::string_view(req.target().data(), req.target().size()), req.body());
+    if (!call.ok()) return Respond(res, call.status());
+    switch (call->kind) {
+      case RestCall::Kind::kSubmit: return reply(jobs->Submit(*caller, call->submit));
+      case RestCall::Kind::kList: return reply(jobs->List(*caller, call->list));
+      case RestCall::Kind::kCancel: return reply(jobs->Cancel(*caller, call->cancel));
+      case RestCall::Kind::kGet: return reply(jobs->Get(*caller, call->get));
+      case RestCall::Kind::kLogs: {
+        auto out = jobs->Logs(*caller, call->logs);
         if (!out.ok()) return Respond(res, out.status());
         res->result(http::status::ok);
         res->set(http::field::content_type, "text/plain; charset=utf-8");
@@ -248,13 +197,7 @@ struct RestServer::Impl {
         res->body() = out->content();
         return;
       }
-      if (get && rest.find('/') == std::string::npos) {
-        v1::GetJobRequest in;
-        in.set_id(rest);
-        return reply(jobs->Get(*caller, in));
-      }
     }
-    Respond(res, absl::NotFoundError(StrCat(req.method_string(), " ", path, " is not an endpoint")));
   }
 };
 

@@ -4,11 +4,15 @@
 # summaries. Honours FEDGATE_BUILD_DIR (default build/ in the repo); the
 # sanitizer build goes to FEDGATE_ASAN_BUILD_DIR (default <build>-asan).
 # FEDGATE_SKIP_ASAN=1 runs the Release pass only (for quick local loops).
+# Then the libFuzzer targets (clang, ASan+UBSan) in <build>-fuzz, each for
+# FEDGATE_FUZZ_SECONDS (default 20) from its seed corpus; FEDGATE_SKIP_FUZZ=1
+# skips them.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${FEDGATE_BUILD_DIR:-$REPO/build}"
 ASAN_BUILD="${FEDGATE_ASAN_BUILD_DIR:-${BUILD%/}-asan}"
+FUZZ_BUILD="${FEDGATE_FUZZ_BUILD_DIR:-${BUILD%/}-fuzz}"
 JOBS="${FEDGATE_JOBS:-2}"
 
 "$REPO/deploy/deps.sh"
@@ -58,17 +62,28 @@ if [ "${FEDGATE_SKIP_ASAN:-0}" != 1 ]; then
   run_ctest "$ASAN_BUILD" "$ASAN_BUILD/ctest.log" || status=1
 fi
 
+if [ "${FEDGATE_SKIP_FUZZ:-0}" != 1 ]; then
+  CC=clang CXX=clang++ configure_and_build "$FUZZ_BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DFEDGATE_SANITIZE=ON -DFEDGATE_FUZZ=ON -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
+    -DFEDGATE_FUZZ_SECONDS="${FEDGATE_FUZZ_SECONDS:-20}"
+  ( cd "$FUZZ_BUILD" && ctest -L fuzz -j"$JOBS" --output-on-failure ) >"$FUZZ_BUILD/ctest.log" 2>&1 ||
+    status=1
+fi
+
 echo
 summary "Release" "$BUILD/ctest.log"
 [ "${FEDGATE_SKIP_ASAN:-0}" != 1 ] && summary "ASan+UBSan" "$ASAN_BUILD/ctest.log"
-# One plain closing line over both passes.
+[ "${FEDGATE_SKIP_FUZZ:-0}" != 1 ] && summary "libFuzzer" "$FUZZ_BUILD/ctest.log"
+# One plain closing line over every pass.
 logs=("$BUILD/ctest.log")
 [ "${FEDGATE_SKIP_ASAN:-0}" != 1 ] && logs+=("$ASAN_BUILD/ctest.log")
+[ "${FEDGATE_SKIP_FUZZ:-0}" != 1 ] && logs+=("$FUZZ_BUILD/ctest.log")
 cat "${logs[@]}" | awk '/tests failed out of/ { f += $4; t += $NF }
   END { printf "tests: %d passed, %d failed\n", t - f, f }'
 if [ $status -ne 0 ]; then
-  echo "== FAILED: details above and in $BUILD/ctest.log / $ASAN_BUILD/ctest.log" >&2
+  echo "== FAILED: details above and in $BUILD/ctest.log, $ASAN_BUILD/ctest.log, $FUZZ_BUILD/ctest.log" >&2
   cat "$BUILD/ctest.log" | grep -A40 -E '\*\*\*Failed|Failure' | head -150 >&2 || true
+  [ -f "$FUZZ_BUILD/ctest.log" ] && grep -a -B5 -A40 -E 'ERROR: (libFuzzer|Address|Leak)Sanitizer|deadly signal|runtime error' "$FUZZ_BUILD/ctest.log" | head -120 >&2 || true
   [ -f "$ASAN_BUILD/ctest.log" ] && grep -A40 -E '\*\*\*Failed|Failure|ERROR: (Address|Leak)Sanitizer|runtime error' "$ASAN_BUILD/ctest.log" | head -200 >&2 || true
 fi
 exit $status

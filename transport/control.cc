@@ -25,6 +25,22 @@ uint32_t DecodeFrameLength(const unsigned char header[4]) {
          uint32_t{header[3]};
 }
 
+absl::StatusOr<uint32_t> CheckFrameHeader(const unsigned char header[4]) {
+  const uint32_t n = DecodeFrameLength(header);
+  if (n > kMaxControlFrameBytes) {
+    return absl::InvalidArgumentError(
+        StrCat("control connection: frame of ", n, " bytes exceeds the limit (not fedbench?)"));
+  }
+  return n;
+}
+
+absl::Status ParseFramePayload(std::string_view payload, google::protobuf::MessageLite* msg) {
+  if (!msg->ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
+    return absl::InvalidArgumentError("control connection: malformed message");
+  }
+  return absl::OkStatus();
+}
+
 void SetSocketTimeouts(boost::asio::ip::tcp::socket& s, int timeout_ms) {
   timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
   ::setsockopt(s.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
@@ -53,18 +69,12 @@ absl::Status ControlChannel::Recv(google::protobuf::MessageLite* msg, int timeou
         StrCat("control connection: no answer within ", timeout_ms, " ms"));
   }
   if (ec) return absl::UnavailableError(StrCat("control connection: ", ec.message()));
-  const uint32_t n = DecodeFrameLength(header);
-  if (n > kMaxControlFrameBytes) {
-    return absl::InvalidArgumentError(
-        StrCat("control connection: frame of ", n, " bytes exceeds the limit (not fedbench?)"));
-  }
-  std::string payload(n, '\0');
+  auto n = CheckFrameHeader(header);
+  if (!n.ok()) return n.status();
+  std::string payload(*n, '\0');
   boost::asio::read(socket_, boost::asio::buffer(payload), ec);
   if (ec) return absl::UnavailableError(StrCat("control connection: ", ec.message()));
-  if (!msg->ParseFromString(payload)) {
-    return absl::InvalidArgumentError("control connection: malformed message");
-  }
-  return absl::OkStatus();
+  return ParseFramePayload(payload, msg);
 }
 
 }  // namespace fedgate::transport

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace fedgate::transport {
 
@@ -20,6 +21,10 @@ inline constexpr uint32_t kMaxControlFrameBytes = 1 << 20;
 std::string EncodeFrame(std::string_view payload);
 // The payload length announced by a 4-byte header.
 uint32_t DecodeFrameLength(const unsigned char header[4]);
+// The announced length if within kMaxControlFrameBytes, else why not.
+absl::StatusOr<uint32_t> CheckFrameHeader(const unsigned char header[4]);
+// Parses one frame's payload into `msg`.
+absl::Status ParseFramePayload(std::string_view payload, google::protobuf::MessageLite* msg);
 
 // Applies a receive/send timeout to a socket (0 = none).
 void SetSocketTimeouts(boost::asio::ip::tcp::socket& s, int timeout_ms);

@@ -166,18 +166,9 @@ struct BenchServer::Impl {
         return true;
       }
       if (round.done()) break;
-      absl::Status st = absl::OkStatus();
-      if (round.size_bytes() == 0 || round.size_bytes() > kMaxMessageSize ||
-          (round.latency_iterations() > 0 && round.size_bytes() > kLatencyMaxSize) ||
-          round.latency_iterations() > kMaxLatencyIterations) {
-        st = absl::InvalidArgumentError(
-            StrCat("round refused: size ", round.size_bytes(), " bytes (1..", kMaxMessageSize,
-                   "; ping-pong up to ", kLatencyMaxSize, ") with ", round.latency_iterations(),
-                   " ping-pong iteration(s)"));
-      } else {
-        st = transport->Round(round, [&](const v1::BenchRoundResult& r) {
-        (void)control.Send(r);
-      });
+      absl::Status st = CheckRound(round);
+      if (st.ok()) {
+        st = transport->Round(round, [&](const v1::BenchRoundResult& r) { (void)control.Send(r); });
       }
       if (!st.ok()) {
         v1::BenchRoundResult r;
@@ -191,6 +182,18 @@ struct BenchServer::Impl {
     return true;
   }
 };
+
+absl::Status CheckRound(const v1::BenchRound& round) {
+  if (round.size_bytes() == 0 || round.size_bytes() > kMaxMessageSize ||
+      (round.latency_iterations() > 0 && round.size_bytes() > kLatencyMaxSize) ||
+      round.latency_iterations() > kMaxLatencyIterations) {
+    return absl::InvalidArgumentError(
+        StrCat("round refused: size ", round.size_bytes(), " bytes (1..", kMaxMessageSize,
+               "; ping-pong up to ", kLatencyMaxSize, ") with ", round.latency_iterations(),
+               " ping-pong iteration(s)"));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<BenchServer>> BenchServer::Listen(const std::string& address,
                                                                  ServeOptions options) {

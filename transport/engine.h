@@ -42,6 +42,10 @@ inline constexpr uint32_t kMaxLatencyIterations = 100000;
 
 absl::StatusOr<v1::BenchReport> RunBenchmark(const RunOptions& options);
 
+// What a bench server accepts of a client's round: a size within
+// kMaxMessageSize (kLatencyMaxSize for ping-pong) and a bounded iteration count.
+absl::Status CheckRound(const v1::BenchRound& round);
+
 struct ServeOptions {
   // When set, a client must present it (one-time tokens from a gateway).
   std::string token;

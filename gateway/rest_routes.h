@@ -1,0 +1,30 @@
+// The REST API's routes as a pure function: an HTTP method, target and body
+// become one job-API request (or a clear error), with no socket, TLS or job
+// manager involved, so the decoding that faces the network is fuzzed alone.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "fedgate/v1/jobs.pb.h"
+
+namespace fedgate::gateway {
+
+struct RestCall {
+  enum class Kind { kSubmit, kList, kCancel, kLogs, kGet };
+  Kind kind = Kind::kGet;
+  v1::SubmitJobRequest submit;
+  v1::ListJobsRequest list;
+  v1::CancelJobRequest cancel;
+  v1::LogsRequest logs;
+  v1::GetJobRequest get;
+};
+
+// POST /v1/jobs (JSON SubmitJobRequest), GET /v1/jobs?state=&page_token=&page_size=,
+// POST /v1/jobs/{id}:cancel, GET /v1/jobs/{id}/logs?rank=&offset=, GET /v1/jobs/{id}.
+// INVALID_ARGUMENT for a bad body or query, NOT_FOUND for any other target.
+absl::StatusOr<RestCall> RouteRest(std::string_view method, std::string_view target,
+                                   const std::string& body);
+
+}  // namespace fedgate::gateway

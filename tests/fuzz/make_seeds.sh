@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Writes the committed seed corpus (corpus/<target>/): readable inputs for the
+# text decoders, and protobuf messages encoded by protoc from text format for
+# the binary ones. Rerun after a message changes; the fuzzers only read them.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+proto="$here/../../proto"
+c="$here/corpus"
+rm -rf "$c"
+mkdir -p "$c"/{job_spec_fuzz,config_fuzz,rest_fuzz,control_fuzz,peer_fuzz}
+
+enc() {  # MESSAGE (text format on stdin) -> binary on stdout
+  protoc -I"$proto" --encode="fedgate.v1.$1" "$proto"/fedgate/v1/*.proto
+}
+frame() {  # binary on stdin -> 4-byte big-endian length + bytes
+  python3 -c 'import sys; b = sys.stdin.buffer.read(); sys.stdout.buffer.write(len(b).to_bytes(4, "big") + b)'
+}
+
+# Job specs: YAML and JSON, the fields of DESIGN.md.
+cat >"$c/job_spec_fuzz/yaml" <<'Y'
+name: llama-ft
+gpus: 12
+gpu_model: A100-80GB
+command: [python3, train.py, --epochs, "3"]
+env: {NCCL_DEBUG: INFO}
+estimated_duration: 2h
+priority: normal
+min_gbps_between_sites: 5
+Y
+printf '{"name": "j", "gpus": 2, "command": ["true"], "estimated_duration": "90s"}' \
+  >"$c/job_spec_fuzz/json"
+printf 'name: x\ngpus: 0\ncommand: []\n' >"$c/job_spec_fuzz/bad"
+
+# Configs.
+cat >"$c/config_fuzz/full" <<'Y'
+site: cn-beijing
+federation: aidc
+listen: {grpc: 0.0.0.0:7443, http: 127.0.0.1:8443, ops: 127.0.0.1:9443}
+tls: {ca: ca.pem, cert: cert.pem, key: key.pem, reload_interval: 30s}
+data_dir: data
+inventory:
+  nodes:
+    - {name: bj-1, address: 10.0.0.11, gpu_model: A100-80GB, gpus: 8, rdma: true, nic_gbps: 200}
+peers:
+  - {site: cn-shanghai, endpoint: sh.example:7443}
+advertise: {interval: 2s, ttl: 10s}
+bench: {probe_duration: 1s, probe_on_peer_up: true}
+jobs: {lease: 10s}
+api: {max_streams_per_caller: 16}
+Y
+printf 'site: a\nfederation: f\n' >"$c/config_fuzz/minimal"
+
+# REST requests.
+crlf() { sed 's/$/\r/'; }
+body='{"spec": {"name": "j", "gpus": 2, "command": ["true"]}, "idempotency_key": "k1"}'
+printf 'POST /v1/jobs HTTP/1.1\nHost: x\nContent-Type: application/json\nContent-Length: %d\n\n' \
+  "${#body}" | crlf >"$c/rest_fuzz/submit"
+printf '%s' "$body" >>"$c/rest_fuzz/submit"
+printf 'GET /v1/jobs?state=RUNNING&page_size=10&page_token=j-0 HTTP/1.1\nHost: x\n\n' | crlf \
+  >"$c/rest_fuzz/list"
+printf 'POST /v1/jobs/j-0123456789abcdef:cancel HTTP/1.1\nHost: x\nContent-Length: 0\n\n' | crlf \
+  >"$c/rest_fuzz/cancel"
+printf 'GET /v1/jobs/j-0123456789abcdef/logs?rank=1&offset=1048576 HTTP/1.1\nHost: x\n\n' | crlf \
+  >"$c/rest_fuzz/logs"
+printf 'GET /v1/jobs/j-0123456789abcdef HTTP/1.1\nHost: x\n\n' | crlf >"$c/rest_fuzz/get"
+
+# Bench control: a hello, rounds, then done.
+{
+  echo 'token: "0123456789abcdef" transport: "tcp" streams: 4' | enc BenchHello | frame
+  echo 'size_bytes: 1048576 warmup_ms: 100 duration_ms: 1000' | enc BenchRound | frame
+  echo 'size_bytes: 8 latency_iterations: 100' | enc BenchRound | frame
+  echo 'done: true' | enc BenchRound | frame
+} >"$c/control_fuzz/session"
+echo 'size_bytes: 4294967295 latency_iterations: 4294967295' | enc BenchRound | frame \
+  >"$c/control_fuzz/huge_round"
+
+# Peer calls: the first byte picks the handler (see peer_fuzz.cc).
+peer() {  # NAME SELECTOR MESSAGE (text on stdin)
+  { printf "\\x$2"; enc "$3"; } >"$c/peer_fuzz/$1"
+}
+echo 'site: "site-b" version: "0.1.0" capabilities: "ads.v1"' | peer handshake 00 HandshakeRequest
+cat <<'T' | peer advertise 01 AdvertiseRequest
+site: "site-b"
+ads { origin: "site-b" seq: 3 issued_at_unix_ms: 1700000000000 ttl_ms: 10000 interval_ms: 2000
+      nodes { name: "b-n1" gpu_model: "A100-80GB" free_gpus: 4 total_gpus: 8 address: "10.0.0.2" } }
+T
+K='key { job_id: "j-00000000000000aa" attempt: 1 epoch: 5 }'
+echo "site: \"site-b\" $K nodes { node: \"a-n1\" gpus: 2 } hold_ttl_ms: 1000 tenant: \"vision\"" |
+  peer prepare 02 PrepareRequest
+cat <<T | peer commit 03 CommitRequest
+site: "site-b" $K world_size: 2 master_addr: "127.0.0.1" master_port: 29500 lease_ms: 3000
+ranks { rank: 0 local_rank: 0 local_world_size: 2 node: "a-n1" }
+ranks { rank: 1 local_rank: 1 local_world_size: 2 node: "a-n1" }
+command: "x"
+T
+echo "site: \"site-b\" $K reason: \"cancelled\"" | peer abort 04 AbortRequest
+echo "site: \"site-b\" $K" | peer status 05 SliceStatusRequest
+echo 'site: "site-b" job_id: "j-00000000000000aa" rank: 0 offset: 0 max_bytes: 65536' |
+  peer readlog 06 ReadLogRequest
+echo "site: \"site-c\" $K" | peer abort_other_site 84 AbortRequest
+echo "wrote $(find "$c" -type f | wc -l) seeds under $c"

@@ -1,0 +1,41 @@
+// REST requests as they arrive: raw bytes through Beast's HTTP parser (with
+// the server's body limit), then the routes that turn them into job-API calls.
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <google/protobuf/stubs/logging.h>
+#include <spdlog/spdlog.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "federation/names.h"
+#include "gateway/rest_routes.h"
+
+namespace http = boost::beast::http;
+
+// Hostile input is expected: keep protobuf's and the gateway's logs quiet.
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  google::protobuf::SetLogHandler(nullptr);
+  spdlog::set_level(spdlog::level::off);
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  http::request_parser<http::string_body> parser;
+  parser.body_limit(1 << 20);
+  parser.eager(true);
+  boost::beast::error_code ec;
+  parser.put(boost::asio::buffer(data, size), ec);
+  if (ec || !parser.is_done()) return 0;
+  const auto& req = parser.get();
+  auto call = fedgate::gateway::RouteRest(
+      std::string_view(req.method_string().data(), req.method_string().size()),
+      std::string_view(req.target().data(), req.target().size()), req.body());
+  if (call.ok()) {
+    (void)fedgate::federation::IsValidJobId(call->get.id());
+    (void)fedgate::federation::IsValidJobId(call->cancel.id());
+    (void)fedgate::federation::IsValidJobId(call->logs.id());
+  }
+  return 0;
+}
