@@ -192,6 +192,9 @@ absl::Status GatewayCore::RemovePeer(const std::string& site) {
     if (!known) return absl::NotFoundError(fedgate::StrCat("no approved peer \"", site, "\""));
     if (auto st = store_->DeletePeer(site); !st.ok() && !absl::IsNotFound(st)) return st;
     if (auto st = peers_.Remove(site); !st.ok()) return st;
+    own_links_.erase(site);
+    metrics_->Remove("fedgate_peer_push_errors_total", {{"peer", site}});
+    UpdateGaugesLocked();
   }
   spdlog::info("admin: removed peer {}", site);
   if (peers_changed_) peers_changed_();
@@ -394,16 +397,20 @@ void GatewayCore::UpdateGaugesLocked() {
   int known = 0;
   for (const auto& a : ads_.Fresh()) known += a.ad.withdrawn() ? 0 : 1;
   metrics_->Set("fedgate_sites_known", {}, known);
+  // Whole families: a removed peer's or an expired link's series disappear.
+  std::vector<std::pair<Labels, double>> up, gbps, age;
   for (const auto& p : peers_.List()) {
-    metrics_->Set("fedgate_peer_up", {{"peer", p.site}},
-                  peers_.StateOf(p.site) == federation::PeerState::kUp ? 1 : 0);
+    up.push_back({{{"peer", p.site}}, peers_.StateOf(p.site) == federation::PeerState::kUp ? 1.0 : 0.0});
   }
   const int64_t now = clock_->NowMs();
   for (const auto& l : LinksLocked().All(now)) {
-    metrics_->Set("fedgate_link_gbps", {{"from", l.from()}, {"to", l.to()}}, l.gbps());
-    metrics_->Set("fedgate_link_age_seconds", {{"from", l.from()}, {"to", l.to()}},
-                  (now - l.measured_at_unix_ms()) / 1000.0);
+    const Labels labels = {{"from", l.from()}, {"to", l.to()}};
+    gbps.push_back({labels, l.gbps()});
+    age.push_back({labels, (now - l.measured_at_unix_ms()) / 1000.0});
   }
+  metrics_->SetFamily("fedgate_peer_up", up);
+  metrics_->SetFamily("fedgate_link_gbps", gbps);
+  metrics_->SetFamily("fedgate_link_age_seconds", age);
 }
 
 }  // namespace fedgate::gateway

@@ -40,6 +40,20 @@ void Metrics::Set(const std::string& name, const Labels& labels, double value) {
   families_[name].series[Key(labels)] = value;
 }
 
+void Metrics::SetFamily(const std::string& name,
+                        const std::vector<std::pair<Labels, double>>& series) {
+  std::lock_guard lock(mu_);
+  auto& f = families_[name].series;
+  f.clear();
+  for (const auto& [labels, value] : series) f[Key(labels)] = value;
+}
+
+void Metrics::Remove(const std::string& name, const Labels& labels) {
+  std::lock_guard lock(mu_);
+  auto f = families_.find(name);
+  if (f != families_.end()) f->second.series.erase(Key(labels));
+}
+
 double Metrics::Get(const std::string& name, const Labels& labels) const {
   std::lock_guard lock(mu_);
   auto f = families_.find(name);

@@ -19,6 +19,11 @@ class Metrics {
   void Inc(const std::string& name, const Labels& labels = {}, double by = 1);
   void Set(const std::string& name, const Labels& labels, double value);
   double Get(const std::string& name, const Labels& labels = {}) const;
+  // Replaces every series of a family: series not given disappear (a
+  // removed peer, an expired link), so /metrics stays bounded.
+  void SetFamily(const std::string& name, const std::vector<std::pair<Labels, double>>& series);
+  // Drops one series (e.g. a removed peer's counter).
+  void Remove(const std::string& name, const Labels& labels);
   // Called before every render, to refresh gauges computed on demand.
   void OnScrape(std::function<void(Metrics&)> fn);
   std::string Render();
