@@ -18,9 +18,16 @@ PORT_IP=15301
 "$REPO/deploy/deps.sh"
 [ -x "$FEDBENCH" ] || cmake --build "$BUILD" -j2 --target fedbench >/dev/null
 
+# The servers this script started, by pid: never anyone else's process.
+SERVERS=()
+stop_servers() {
+  local pid
+  for pid in "${SERVERS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${SERVERS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  SERVERS=()
+}
 cleanup() {
-  pkill -f "fedbench server --listen .*:$PORT_FB" 2>/dev/null || true
-  pkill -f "iperf3 -s -p $PORT_IP" 2>/dev/null || true
+  stop_servers
   ip netns del "${NS}s" 2>/dev/null || true
   ip netns del "${NS}c" 2>/dev/null || true
 }
@@ -32,8 +39,11 @@ spread() { sort -g | awk '{a[NR]=$1} END {m=(NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/
 # measure LABEL CLIENT_PREFIX SERVER_PREFIX ADDR
 measure() {
   local label=$1 cpre=$2 spre=$3 addr=$4
+  # `ip netns exec` execs the server itself, so $! is the server's pid.
   $spre "$FEDBENCH" server --listen "$addr:$PORT_FB" 2>/dev/null &
+  SERVERS+=($!)
   $spre iperf3 -s -p "$PORT_IP" >/dev/null 2>&1 &
+  SERVERS+=($!)
   sleep 0.5
   local fb=() ip=()
   for i in $(seq "$RUNS"); do
@@ -49,9 +59,7 @@ measure() {
   printf '%-22s fedbench %9.4f Gbit/s (spread %s)  iperf3 %9.4f Gbit/s (spread %s)  ratio %.3f\n' \
     "$label" "$fbm" "$(printf '%s\n' "${fb[@]}" | spread)" "$ipm" \
     "$(printf '%s\n' "${ip[@]}" | spread)" "$(python3 -c "print($fbm/$ipm)")"
-  pkill -f "fedbench server --listen $addr:$PORT_FB" 2>/dev/null || true
-  pkill -f "iperf3 -s -p $PORT_IP" 2>/dev/null || true
-  sleep 0.3
+  stop_servers
 }
 
 echo "# fedbench vs iperf3: median of $RUNS runs of ${DURATION}s each, single stream, 128K writes"

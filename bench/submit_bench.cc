@@ -23,8 +23,8 @@
 #include <thread>
 
 #include "fedgate/v1/jobs.grpc.pb.h"
-#include "gateway/certs.h"
-#include "gateway/tls.h"
+#include "gateway/security/certs.h"
+#include "gateway/security/tls.h"
 
 extern char** environ;
 

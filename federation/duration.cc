@@ -3,7 +3,7 @@
 #include <cctype>
 #include <cmath>
 
-#include "federation/str_cat.h"
+#include "base/str_cat.h"
 
 namespace fedgate::federation {
 

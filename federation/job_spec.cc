@@ -4,7 +4,7 @@
 
 #include "federation/duration.h"
 #include "federation/names.h"
-#include "federation/str_cat.h"
+#include "base/str_cat.h"
 
 namespace fedgate::federation {
 

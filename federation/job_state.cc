@@ -3,7 +3,7 @@
 #include <array>
 #include <utility>
 
-#include "federation/str_cat.h"
+#include "base/str_cat.h"
 
 namespace fedgate::federation {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <cctype>
 
-#include "federation/str_cat.h"
+#include "base/str_cat.h"
 #include "federation/names.h"
 
 namespace fedgate::federation {

@@ -5,7 +5,7 @@
 #include <set>
 #include <unordered_map>
 
-#include "federation/str_cat.h"
+#include "base/str_cat.h"
 
 namespace fedgate::federation {
 namespace {

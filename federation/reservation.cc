@@ -5,7 +5,7 @@
 #include <set>
 
 #include "federation/saturating.h"
-#include "federation/str_cat.h"
+#include "base/str_cat.h"
 
 namespace fedgate::federation {
 

@@ -4,7 +4,7 @@
 #include <cctype>
 #include <cmath>
 
-#include "federation/str_cat.h"
+#include "base/str_cat.h"
 
 namespace fedgate::transport {
 

@@ -5,7 +5,7 @@
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
 
-#include "federation/str_cat.h"
+#include "base/str_cat.h"
 
 namespace fedgate::transport {
 

@@ -1,4 +1,5 @@
 #include "transport/engine.h"
+#include "base/host_port.h"
 
 #include <poll.h>
 
@@ -6,7 +7,7 @@
 #include <chrono>
 #include <thread>
 
-#include "federation/str_cat.h"
+#include "base/str_cat.h"
 #include "transport/bandwidth.h"
 #include "transport/control.h"
 #include "transport/transport.h"
@@ -16,14 +17,6 @@ namespace {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
-
-std::pair<std::string, std::string> SplitHostPort(const std::string& addr) {
-  const size_t colon = addr.rfind(':');
-  if (colon == std::string::npos) return {addr, ""};
-  std::string host = addr.substr(0, colon);
-  if (host.size() > 1 && host.front() == '[') host = host.substr(1, host.size() - 2);
-  return {host, addr.substr(colon + 1)};
-}
 
 }  // namespace
 
@@ -35,7 +28,7 @@ absl::StatusOr<v1::BenchReport> RunBenchmark(const RunOptions& opt) {
   auto client = MakeClientTransport(opt.transport, opt.streams);
   if (!client.ok()) return client.status();
 
-  auto [host, port] = SplitHostPort(opt.target);
+  auto [host, port] = fedgate::SplitHostPort(opt.target);
   if (host.empty() || port.empty()) {
     return absl::InvalidArgumentError(StrCat("invalid target \"", opt.target, "\" (HOST:PORT)"));
   }
@@ -200,7 +193,7 @@ absl::StatusOr<std::unique_ptr<BenchServer>> BenchServer::Listen(const std::stri
   auto server = std::unique_ptr<BenchServer>(new BenchServer());
   server->impl_ = std::make_unique<Impl>();
   server->impl_->options = std::move(options);
-  auto [host, port] = SplitHostPort(address);
+  auto [host, port] = fedgate::SplitHostPort(address);
   boost::system::error_code ec;
   asio::ip::address addr =
       host.empty() || host == "*" ? asio::ip::address(asio::ip::address_v6::any())

@@ -6,7 +6,7 @@
 #include <chrono>
 #include <cstring>
 
-#include "federation/str_cat.h"
+#include "base/str_cat.h"
 
 namespace fedgate::transport {
 namespace {

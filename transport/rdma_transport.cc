@@ -8,7 +8,7 @@
 #include <cstring>
 #include <thread>
 
-#include "federation/str_cat.h"
+#include "base/str_cat.h"
 
 namespace fedgate::transport {
 namespace {

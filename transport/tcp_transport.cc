@@ -12,7 +12,7 @@
 #include <chrono>
 #include <thread>
 
-#include "federation/str_cat.h"
+#include "base/str_cat.h"
 #include "transport/control.h"
 
 namespace fedgate::transport {

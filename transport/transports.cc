@@ -1,4 +1,4 @@
-#include "federation/str_cat.h"
+#include "base/str_cat.h"
 #include "transport/nccl_transport.h"
 #include "transport/rdma_transport.h"
 #include "transport/tcp_transport.h"

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "gateway/config.h"
+#include "gateway/app/config.h"
 
 // Hostile input is expected: keep protobuf's and the gateway's logs quiet.
 extern "C" int LLVMFuzzerInitialize(int*, char***) {

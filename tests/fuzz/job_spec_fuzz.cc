@@ -8,7 +8,7 @@
 #include <string>
 
 #include "federation/job_spec.h"
-#include "gateway/job_spec_yaml.h"
+#include "gateway/jobs/job_spec_yaml.h"
 
 // Hostile input is expected: keep protobuf's and the gateway's logs quiet.
 extern "C" int LLVMFuzzerInitialize(int*, char***) {

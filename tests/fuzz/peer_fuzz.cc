@@ -14,11 +14,11 @@
 
 #include "federation/clock.h"
 #include "federation/inventory.h"
-#include "gateway/config.h"
-#include "gateway/core.h"
-#include "gateway/metrics.h"
-#include "gateway/participant.h"
-#include "gateway/store.h"
+#include "gateway/app/config.h"
+#include "gateway/peering/core.h"
+#include "gateway/ops/metrics.h"
+#include "gateway/jobs/participant.h"
+#include "gateway/store/store.h"
 
 namespace {
 

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "federation/names.h"
-#include "gateway/rest_routes.h"
+#include "gateway/api/rest_routes.h"
 
 namespace http = boost::beast::http;
 

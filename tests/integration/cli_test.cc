@@ -9,7 +9,7 @@
 
 #include <grpcpp/generic/generic_stub.h>
 
-#include "gateway/identity.h"
+#include "gateway/security/identity.h"
 #include "tests/support/harness.h"
 
 namespace fedgate::testing {

@@ -44,6 +44,13 @@ int FakeParticipants::Delivered(const std::string& method, const std::string& si
   return it == delivered_.end() ? 0 : it->second;
 }
 
+bool FakeParticipants::WaitForDelivered(const std::string& method, const std::string& site,
+                                        int n) {
+  std::unique_lock lock(mu_);
+  return cv_.wait_for(lock, std::chrono::seconds(5),
+                      [&] { return delivered_[method + " " + site] >= n; });
+}
+
 template <typename Resp>
 void FakeParticipants::Route(
     const std::string& method, const std::string& site,
@@ -57,6 +64,7 @@ void FakeParticipants::Route(
       target = sites_[site];
       ++delivered_[method + " " + site];
     }
+    cv_.notify_all();
     done(call(target, from_));
   };
   {

@@ -13,8 +13,8 @@
 #include <set>
 #include <string>
 
-#include "gateway/participant.h"
-#include "gateway/participant_calls.h"
+#include "gateway/jobs/participant.h"
+#include "gateway/jobs/participant_calls.h"
 
 namespace fedgate::testing {
 
@@ -34,6 +34,9 @@ class FakeParticipants final : public gateway::ParticipantCalls {
   bool WaitForQueued(const std::string& site, size_t n);
   // Calls of `method` that reached the participant of `site`.
   int Delivered(const std::string& method, const std::string& site);
+  // Waits (5 s at most, real time) until `n` such calls have reached it:
+  // calls to several sites are issued one after another.
+  bool WaitForDelivered(const std::string& method, const std::string& site, int n);
 
   void Prepare(const std::string& site, v1::PrepareRequest req, int64_t timeout_ms,
                Done<v1::PrepareResponse> done) override;

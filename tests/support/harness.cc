@@ -9,7 +9,7 @@
 #include <sstream>
 #include <thread>
 
-#include "gateway/tls.h"
+#include "gateway/security/tls.h"
 
 namespace fedgate::testing {
 

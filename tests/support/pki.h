@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "gateway/certs.h"
+#include "gateway/security/certs.h"
 
 namespace fedgate::testing {
 

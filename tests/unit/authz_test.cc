@@ -1,4 +1,4 @@
-#include "gateway/authz.h"
+#include "gateway/security/authz.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "gateway/certs.h"
+#include "gateway/security/certs.h"
 
 #include <gtest/gtest.h>
 #include <openssl/pem.h>
@@ -8,7 +8,7 @@
 
 #include <memory>
 
-#include "gateway/identity.h"
+#include "gateway/security/identity.h"
 #include "tests/support/temp_dir.h"
 
 namespace fedgate::gateway {

@@ -1,4 +1,4 @@
-#include "gateway/config.h"
+#include "gateway/app/config.h"
 
 #include <gtest/gtest.h>
 

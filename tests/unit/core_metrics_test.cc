@@ -5,10 +5,10 @@
 #include <fstream>
 
 #include "federation/inventory.h"
-#include "gateway/config.h"
-#include "gateway/core.h"
-#include "gateway/metrics.h"
-#include "gateway/store.h"
+#include "gateway/app/config.h"
+#include "gateway/peering/core.h"
+#include "gateway/ops/metrics.h"
+#include "gateway/store/store.h"
 #include "tests/support/fake_clock.h"
 #include "tests/support/temp_dir.h"
 

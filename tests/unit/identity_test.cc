@@ -1,4 +1,4 @@
-#include "gateway/identity.h"
+#include "gateway/security/identity.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // JobEvents: writes wake the streams of that job only, ticks wake followers,
 // and an unsubscribed stream is never woken again (its owner may be gone).
-#include "gateway/job_events.h"
+#include "gateway/jobs/job_events.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "federation/job_spec.h"
-#include "gateway/job_spec_yaml.h"
+#include "gateway/jobs/job_spec_yaml.h"
 
 namespace fedgate {
 namespace {

@@ -1,11 +1,11 @@
-#include "gateway/job_store.h"
+#include "gateway/store/job_store.h"
 
 #include <gtest/gtest.h>
 
 #include <set>
 #include <thread>
 
-#include "gateway/store.h"
+#include "gateway/store/store.h"
 #include "tests/support/temp_dir.h"
 
 namespace fedgate::gateway {

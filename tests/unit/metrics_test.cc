@@ -1,4 +1,4 @@
-#include "gateway/metrics.h"
+#include "gateway/ops/metrics.h"
 
 #include <gtest/gtest.h>
 

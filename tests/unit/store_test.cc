@@ -1,4 +1,4 @@
-#include "gateway/store.h"
+#include "gateway/store/store.h"
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>

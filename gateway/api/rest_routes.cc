@@ -1,0 +1,102 @@
+#include "gateway/api/rest_routes.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <charconv>
+#include <map>
+
+#include "base/str_cat.h"
+
+namespace fedgate::gateway {
+namespace {
+
+absl::Status FromJson(const std::string& body, google::protobuf::Message* m) {
+  if (body.empty()) return absl::InvalidArgumentError("empty body: a JSON object is required");
+  google::protobuf::util::JsonParseOptions strict;  // unknown fields are errors
+  auto st = google::protobuf::util::JsonStringToMessage(body, m, strict);
+  if (!st.ok()) return absl::InvalidArgumentError(StrCat("bad JSON body: ", st.message()));
+  return absl::OkStatus();
+}
+
+std::map<std::string, std::string> Query(std::string_view q) {
+  std::map<std::string, std::string> out;
+  size_t pos = 0;
+  while (pos < q.size()) {
+    size_t amp = q.find('&', pos);
+    if (amp == std::string_view::npos) amp = q.size();
+    std::string_view kv = q.substr(pos, amp - pos);
+    size_t eq = kv.find('=');
+    out[std::string(kv.substr(0, eq))] =
+        eq == std::string_view::npos ? "" : std::string(kv.substr(eq + 1));
+    pos = amp + 1;
+  }
+  return out;
+}
+
+// A whole decimal number that fits T, or an error naming the parameter.
+template <typename T>
+absl::StatusOr<T> Number(const std::map<std::string, std::string>& q, const std::string& name) {
+  auto it = q.find(name);
+  if (it == q.end()) return T{0};
+  T v{};
+  const char* end = it->second.data() + it->second.size();
+  auto [p, ec] = std::from_chars(it->second.data(), end, v);
+  if (ec != std::errc() || p != end || it->second.empty()) {
+    return absl::InvalidArgumentError(StrCat(name, " must be a whole number, got \"",
+                                             it->second.substr(0, 40), "\""));
+  }
+  return v;
+}
+
+}  // namespace
+
+absl::StatusOr<RestCall> RouteRest(std::string_view method, std::string_view target,
+                                   const std::string& body) {
+  const size_t q = target.find('?');
+  const std::string path(target.substr(0, q));
+  const auto query = Query(q == std::string_view::npos ? "" : target.substr(q + 1));
+  const bool get = method == "GET", post = method == "POST";
+  constexpr std::string_view kJobs = "/v1/jobs";
+  RestCall call;
+  if (path == kJobs && post) {
+    if (auto st = FromJson(body, &call.submit); !st.ok()) return st;
+    call.kind = RestCall::Kind::kSubmit;
+    return call;
+  }
+  if (path == kJobs && get) {
+    call.kind = RestCall::Kind::kList;
+    if (query.contains("state")) call.list.set_state(query.at("state"));
+    if (query.contains("page_token")) call.list.set_page_token(query.at("page_token"));
+    auto size = Number<uint32_t>(query, "page_size");
+    if (!size.ok()) return size.status();
+    call.list.set_page_size(*size);
+    return call;
+  }
+  if (path.rfind(std::string(kJobs) + "/", 0) == 0) {
+    const std::string rest = path.substr(kJobs.size() + 1);
+    if (post && rest.size() > 7 && rest.ends_with(":cancel")) {
+      call.kind = RestCall::Kind::kCancel;
+      call.cancel.set_id(rest.substr(0, rest.size() - 7));
+      return call;
+    }
+    if (get && rest.ends_with("/logs")) {
+      call.kind = RestCall::Kind::kLogs;
+      call.logs.set_id(rest.substr(0, rest.size() - 5));
+      auto rank = Number<uint32_t>(query, "rank");
+      if (!rank.ok()) return rank.status();
+      auto offset = Number<uint64_t>(query, "offset");
+      if (!offset.ok()) return offset.status();
+      call.logs.set_rank(*rank);
+      call.logs.set_offset(*offset);
+      return call;
+    }
+    if (get && rest.find('/') == std::string::npos) {
+      call.kind = RestCall::Kind::kGet;
+      call.get.set_id(rest);
+      return call;
+    }
+  }
+  return absl::NotFoundError(StrCat(method, " ", path.substr(0, 200), " is not an endpoint"));
+}
+
+}  // namespace fedgate::gateway

@@ -1,0 +1,265 @@
+#include "gateway/api/rest_server.h"
+#include "base/host_port.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <thread>
+
+#include "base/str_cat.h"
+#include "gateway/security/authz.h"
+#include "gateway/security/identity.h"
+#include "gateway/jobs/job_manager.h"
+#include "gateway/ops/metrics.h"
+#include "gateway/api/rest_routes.h"
+
+namespace fedgate::gateway {
+namespace {
+
+namespace asio = boost::asio;
+namespace ssl = boost::asio::ssl;
+namespace http = boost::beast::http;
+using tcp = asio::ip::tcp;
+
+int HttpCode(absl::StatusCode c) {
+  switch (c) {
+    case absl::StatusCode::kOk: return 200;
+    case absl::StatusCode::kInvalidArgument: return 400;
+    case absl::StatusCode::kUnauthenticated: return 401;
+    case absl::StatusCode::kPermissionDenied: return 403;
+    case absl::StatusCode::kNotFound: return 404;
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kFailedPrecondition: return 409;
+    case absl::StatusCode::kResourceExhausted: return 429;
+    case absl::StatusCode::kUnimplemented: return 501;
+    case absl::StatusCode::kUnavailable: return 503;
+    case absl::StatusCode::kDeadlineExceeded: return 504;
+    default: return 500;
+  }
+}
+
+std::string JsonEscape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      out += ' ';
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+std::string ErrorBody(const absl::Status& st) {
+  return StrCat("{\"error\": {\"code\": \"", absl::StatusCodeToString(st.code()),
+                "\", \"message\": \"", JsonEscape(std::string(st.message())), "\"}}\n");
+}
+
+std::string ToJson(const google::protobuf::Message& m) {
+  google::protobuf::util::JsonPrintOptions o;
+  o.preserve_proto_field_names = true;
+  o.always_print_primitive_fields = true;
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
+  return out + "\n";
+}
+
+}  // namespace
+
+struct RestServer::Impl {
+  Config config;
+  JobManager* jobs = nullptr;
+  Metrics* metrics = nullptr;
+  asio::io_context io;
+  ssl::context tls{ssl::context::tls_server};
+  tcp::acceptor acceptor{io};
+  std::thread accept_thread;
+  std::atomic<bool> stop{false};
+  std::atomic<int> active{0};
+  int port = 0;
+
+  void AcceptLoop() {
+    while (!stop) {
+      boost::system::error_code ec;
+      tcp::socket sock(io);
+      acceptor.accept(sock, ec);
+      if (ec) {
+        if (stop) return;
+        continue;
+      }
+      if (active.load() >= 64) continue;  // drop: too many open connections
+      ++active;
+      std::thread([this, s = std::move(sock)]() mutable {
+        Serve(std::move(s));
+        --active;
+      }).detach();
+    }
+  }
+
+  void Serve(tcp::socket sock) {
+    timeval tv{5, 0};
+    ::setsockopt(sock.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    ::setsockopt(sock.native_handle(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    ssl::stream<tcp::socket> stream(std::move(sock), tls);
+    boost::system::error_code ec;
+    stream.handshake(ssl::stream_base::server, ec);
+    if (ec) {
+      metrics->Inc("fedgate_authz_refusals_total", {{"rpc_class", "rest"}, {"reason", "handshake"}});
+      return;
+    }
+    boost::beast::flat_buffer buf;
+    http::request_parser<http::string_body> parser;
+    parser.body_limit(kMaxBodyBytes);
+    http::read(stream, buf, parser, ec);
+    http::response<http::string_body> res;
+    res.keep_alive(false);
+    res.set(http::field::content_type, "application/json");
+    if (ec == http::error::body_limit) {
+      Respond(&res, absl::ResourceExhaustedError(StrCat("body larger than ", kMaxBodyBytes, " bytes")),
+              413);
+    } else if (ec) {
+      Respond(&res, absl::InvalidArgumentError(StrCat("malformed HTTP request: ", ec.message())), 400);
+    } else {
+      Handle(stream, parser.get(), &res);
+    }
+    res.prepare_payload();
+    http::write(stream, res, ec);
+    stream.shutdown(ec);
+  }
+
+  static void Respond(http::response<http::string_body>* res, const absl::Status& st, int code = 0) {
+    res->result(code != 0 ? code : HttpCode(st.code()));
+    res->body() = ErrorBody(st);
+  }
+
+  absl::StatusOr<Identity> Caller(ssl::stream<tcp::socket>& stream) {
+    X509* cert = SSL_get1_peer_certificate(stream.native_handle());
+    if (cert == nullptr) return absl::UnauthenticatedError("no client certificate");
+    BIO* bio = BIO_new(BIO_s_mem());
+    PEM_write_bio_X509(bio, cert);
+    char* data = nullptr;
+    const long len = BIO_get_mem_data(bio, &data);
+    std::string pem(data, static_cast<size_t>(len));
+    BIO_free(bio);
+    X509_free(cert);
+    auto id = IdentityFromCertPem(pem);
+    if (!id.ok()) {
+      return absl::UnauthenticatedError(StrCat("client certificate refused: ", id.status().message()));
+    }
+    if (auto st = Decide(*id, RpcClass::kJob, config.federation, config.site,
+                         [](std::string_view) { return false; });
+        !st.ok()) {
+      return st;
+    }
+    return id;
+  }
+
+  void Handle(ssl::stream<tcp::socket>& stream, const http::request<http::string_body>& req,
+              http::response<http::string_body>* res) {
+    auto caller = Caller(stream);
+    if (!caller.ok()) {
+      metrics->Inc("fedgate_authz_refusals_total", {{"rpc_class", "rest"}, {"reason", "role"}});
+      Respond(res, caller.status());
+      return;
+    }
+    auto reply = [&](const auto& out) {
+      if (!out.ok()) {
+        Respond(res, out.status());
+        return;
+      }
+      res->result(http::status::ok);
+      res->body() = ToJson(*out);
+    };
+    metrics->Inc("fedgate_rest_requests_total", {{"method", std::string(req.method_string())}});
+    auto call = RouteRest(std::string_view(req.method_string().data(), req.method_string().size()),
+                          std::string_view(req.target().data(), req.target().size()), req.body());
+    if (!call.ok()) return Respond(res, call.status());
+    switch (call->kind) {
+      case RestCall::Kind::kSubmit: return reply(jobs->Submit(*caller, call->submit));
+      case RestCall::Kind::kList: return reply(jobs->List(*caller, call->list));
+      case RestCall::Kind::kCancel: return reply(jobs->Cancel(*caller, call->cancel));
+      case RestCall::Kind::kGet: return reply(jobs->Get(*caller, call->get));
+      case RestCall::Kind::kLogs: {
+        auto out = jobs->Logs(*caller, call->logs);
+        if (!out.ok()) return Respond(res, out.status());
+        res->result(http::status::ok);
+        res->set(http::field::content_type, "text/plain; charset=utf-8");
+        // At most 1 MiB per reply; the next chunk starts at this offset.
+        res->set("X-Fedgate-Next-Offset", std::to_string(out->offset() + out->content().size()));
+        res->body() = out->content();
+        return;
+      }
+    }
+  }
+};
+
+absl::StatusOr<std::unique_ptr<RestServer>> RestServer::Start(const Config& config, JobManager* jobs,
+                                                              Metrics* metrics) {
+  auto srv = std::unique_ptr<RestServer>(new RestServer());
+  srv->impl_ = std::make_unique<Impl>();
+  auto& im = *srv->impl_;
+  im.config = config;
+  im.jobs = jobs;
+  im.metrics = metrics;
+  boost::system::error_code ec;
+  im.tls.set_options(ssl::context::no_sslv2 | ssl::context::no_sslv3 | ssl::context::no_tlsv1 |
+                     ssl::context::no_tlsv1_1);
+  im.tls.use_certificate_chain_file(config.tls_cert, ec);
+  if (!ec) im.tls.use_private_key_file(config.tls_key, ssl::context::pem, ec);
+  if (!ec) im.tls.load_verify_file(config.tls_ca, ec);
+  if (ec) return absl::InvalidArgumentError(StrCat("listen.http: TLS files: ", ec.message()));
+  im.tls.set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert);
+  const auto [host, port_text] = SplitHostPort(config.listen_http);
+  const auto port = ParsePort(port_text);
+  if (!port) {
+    return absl::InvalidArgumentError(
+        StrCat("listen.http: \"", config.listen_http, "\" has no valid port (want HOST:PORT)"));
+  }
+  auto addr = asio::ip::make_address(host, ec);
+  if (ec) {
+    tcp::resolver resolver(im.io);
+    auto results = resolver.resolve(host, "0", ec);
+    if (ec || results.empty()) return absl::InvalidArgumentError(StrCat("listen.http: cannot resolve ", host));
+    addr = results.begin()->endpoint().address();
+  }
+  tcp::endpoint ep(addr, static_cast<uint16_t>(*port));
+  im.acceptor.open(ep.protocol(), ec);
+  if (!ec) im.acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) im.acceptor.bind(ep, ec);
+  if (!ec) im.acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return absl::UnavailableError(StrCat("listen.http: cannot listen on ", config.listen_http, ": ",
+                                         ec.message()));
+  }
+  im.port = im.acceptor.local_endpoint().port();
+  im.accept_thread = std::thread([p = &im] { p->AcceptLoop(); });
+  return srv;
+}
+
+int RestServer::port() const { return impl_->port; }
+
+void RestServer::Stop() {
+  if (!impl_ || impl_->stop.exchange(true)) return;
+  boost::system::error_code ec;
+  ::shutdown(impl_->acceptor.native_handle(), SHUT_RDWR);
+  impl_->acceptor.close(ec);
+  if (impl_->accept_thread.joinable()) impl_->accept_thread.join();
+  // Connections time out within seconds; wait for them before the job
+  // manager they use goes away.
+  for (int i = 0; i < 100 && impl_->active.load() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+RestServer::~RestServer() { Stop(); }
+
+}  // namespace fedgate::gateway

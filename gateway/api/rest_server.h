@@ -1,0 +1,38 @@
+// The REST/JSON job API on listen.http: HTTPS with the same client
+// certificates and roles as gRPC (Boost.Beast over Asio SSL). Bodies are the
+// protobuf JSON mapping of the gRPC messages.
+//   POST /v1/jobs                    SubmitJobRequest -> SubmitJobResponse
+//   GET  /v1/jobs?state=&page_size=&page_token=       -> ListJobsResponse
+//   GET  /v1/jobs/{id}                                -> GetJobResponse
+//   POST /v1/jobs/{id}:cancel                         -> CancelJobResponse
+//   GET  /v1/jobs/{id}/logs?rank=N                    -> the rank's raw output
+// Bad JSON or unknown fields: 400; bodies over 1 MiB: 413; refused callers:
+// 401/403; all with {"error": {"code", "message"}}.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "gateway/app/config.h"
+
+namespace fedgate::gateway {
+
+class JobManager;
+class Metrics;
+
+class RestServer {
+ public:
+  static constexpr size_t kMaxBodyBytes = 1 << 20;
+  static absl::StatusOr<std::unique_ptr<RestServer>> Start(const Config& config, JobManager* jobs,
+                                                          Metrics* metrics);
+  ~RestServer();
+  int port() const;
+  void Stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fedgate::gateway

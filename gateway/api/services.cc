@@ -1,0 +1,247 @@
+#include "gateway/api/services.h"
+
+
+#include "gateway/security/authz.h"
+#include "gateway/peering/bench_host.h"
+#include "base/str_cat.h"
+#include "gateway/peering/core.h"
+#include "gateway/jobs/job_manager.h"
+#include "gateway/api/job_streams.h"
+#include "gateway/ops/metrics.h"
+#include "gateway/jobs/participant.h"
+#include "gateway/peering/prober.h"
+
+namespace fedgate::gateway {
+namespace {
+
+// Authorizes, counts the call as handled, runs `body`, finishes the reactor.
+template <typename Body>
+grpc::ServerUnaryReactor* Guarded(grpc::CallbackServerContext* ctx, const Authorizer* authz,
+                                  Metrics* metrics, RpcClass cls, const char* method, Body body) {
+  auto* reactor = ctx->DefaultReactor();
+  auto caller = authz->Authorize(*ctx->auth_context(), cls, method);
+  if (!caller.ok()) {
+    reactor->Finish(ToGrpc(caller.status()));
+    return reactor;
+  }
+  metrics->Inc(cls == RpcClass::kPeer    ? "fedgate_peer_rpc_handled_total"
+               : cls == RpcClass::kAdmin ? "fedgate_admin_rpc_handled_total"
+                                         : "fedgate_job_rpc_handled_total",
+               {{"method", method}});
+  reactor->Finish(ToGrpc(body(*caller)));
+  return reactor;
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* PeerServiceImpl::Handshake(grpc::CallbackServerContext* ctx,
+                                                     const v1::HandshakeRequest* req,
+                                                     v1::HandshakeResponse* resp) {
+  return Guarded(ctx, authz_, metrics_, RpcClass::kPeer, "Handshake", [&](const Identity& id) {
+    auto out = core_->Handshake(id, *req);
+    if (out.ok()) *resp = std::move(*out);
+    return out.status();
+  });
+}
+
+grpc::ServerUnaryReactor* PeerServiceImpl::Advertise(grpc::CallbackServerContext* ctx,
+                                                     const v1::AdvertiseRequest* req,
+                                                     v1::AdvertiseResponse* resp) {
+  return Guarded(ctx, authz_, metrics_, RpcClass::kPeer, "Advertise", [&](const Identity& id) {
+    auto out = core_->Advertise(id, *req);
+    if (out.ok()) *resp = std::move(*out);
+    return out.status();
+  });
+}
+
+grpc::ServerUnaryReactor* PeerServiceImpl::OpenBench(grpc::CallbackServerContext* ctx,
+                                                     const v1::OpenBenchRequest* req,
+                                                     v1::OpenBenchResponse* resp) {
+  return Guarded(ctx, authz_, metrics_, RpcClass::kPeer, "OpenBench", [&](const Identity& id) {
+    if (req->site() != id.site) {
+      return absl::InvalidArgumentError(StrCat("request names site \"", req->site(),
+                                               "\" but the certificate is of \"", id.site,
+                                               "\""));
+    }
+    auto out = bench_->Open(id.site, *req);
+    if (out.ok()) *resp = std::move(*out);
+    return out.status();
+  });
+}
+
+// Peer calls that name their site must come from that site's gateway.
+absl::Status SameSite(const std::string& named, const Identity& id) {
+  if (named == id.site) return absl::OkStatus();
+  return absl::InvalidArgumentError(StrCat("request names site \"", named,
+                                           "\" but the certificate is of \"", id.site, "\""));
+}
+
+// The participant's calls: `from` is the caller's site as its certificate
+// says; the participant refuses any site but the job's coordinator.
+#define FEDGATE_PARTICIPANT_RPC(Method, Call, Req, Resp)                                     \
+  grpc::ServerUnaryReactor* PeerServiceImpl::Method(grpc::CallbackServerContext* ctx,       \
+                                                    const v1::Req* req, v1::Resp* resp) {   \
+    return Guarded(ctx, authz_, metrics_, RpcClass::kPeer, #Method, [&](const Identity& id) { \
+      if (auto st = SameSite(req->site(), id); !st.ok()) return st;                          \
+      auto out = participant_->Call(id.site, *req);                                          \
+      if (out.ok()) *resp = std::move(*out);                                                 \
+      return out.status();                                                                   \
+    });                                                                                      \
+  }
+
+FEDGATE_PARTICIPANT_RPC(Prepare, Prepare, PrepareRequest, PrepareResponse)
+FEDGATE_PARTICIPANT_RPC(Commit, Commit, CommitRequest, CommitResponse)
+FEDGATE_PARTICIPANT_RPC(Abort, Abort, AbortRequest, AbortResponse)
+FEDGATE_PARTICIPANT_RPC(SliceStatus, Status, SliceStatusRequest, SliceStatusResponse)
+FEDGATE_PARTICIPANT_RPC(ReadLog, ReadLog, ReadLogRequest, ReadLogResponse)
+#undef FEDGATE_PARTICIPANT_RPC
+
+grpc::ServerUnaryReactor* AdminServiceImpl::ListPeers(grpc::CallbackServerContext* ctx,
+                                                      const v1::ListPeersRequest*,
+                                                      v1::ListPeersResponse* resp) {
+  return Guarded(ctx, authz_, metrics_, RpcClass::kAdmin, "ListPeers", [&](const Identity&) {
+    *resp = core_->ListPeers();
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::AddPeer(grpc::CallbackServerContext* ctx,
+                                                    const v1::AddPeerRequest* req,
+                                                    v1::AddPeerResponse* resp) {
+  return Guarded(ctx, authz_, metrics_, RpcClass::kAdmin, "AddPeer", [&](const Identity&) {
+    auto out = core_->AddPeer(req->site(), req->endpoint());
+    if (out.ok()) *resp->mutable_peer() = std::move(*out);
+    return out.status();
+  });
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::RemovePeer(grpc::CallbackServerContext* ctx,
+                                                       const v1::RemovePeerRequest* req,
+                                                       v1::RemovePeerResponse*) {
+  return Guarded(ctx, authz_, metrics_, RpcClass::kAdmin, "RemovePeer",
+                 [&](const Identity&) { return core_->RemovePeer(req->site()); });
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::GetCapacity(grpc::CallbackServerContext* ctx,
+                                                        const v1::GetCapacityRequest*,
+                                                        v1::GetCapacityResponse* resp) {
+  return Guarded(ctx, authz_, metrics_, RpcClass::kAdmin, "GetCapacity", [&](const Identity&) {
+    *resp = core_->Capacity();
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::ListLinks(grpc::CallbackServerContext* ctx,
+                                                      const v1::ListLinksRequest*,
+                                                      v1::ListLinksResponse* resp) {
+  return Guarded(ctx, authz_, metrics_, RpcClass::kAdmin, "ListLinks", [&](const Identity&) {
+    *resp = core_->ListLinks();
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::ProbeLink(grpc::CallbackServerContext* ctx,
+                                                      const v1::ProbeLinkRequest* req,
+                                                      v1::ProbeLinkResponse* resp) {
+  auto* reactor = ctx->DefaultReactor();
+  auto caller = authz_->Authorize(*ctx->auth_context(), RpcClass::kAdmin, "ProbeLink");
+  if (!caller.ok()) {
+    reactor->Finish(ToGrpc(caller.status()));
+    return reactor;
+  }
+  metrics_->Inc("fedgate_admin_rpc_handled_total", {{"method", "ProbeLink"}});
+  if (!core_->IsApprovedPeer(req->site())) {
+    reactor->Finish(ToGrpc(absl::NotFoundError(
+        StrCat("\"", req->site(), "\" is not an approved peer of this site"))));
+    return reactor;
+  }
+  // A probe takes seconds: finish the call from the prober's thread instead
+  // of holding a gRPC thread.
+  prober_->ProbeAsync(req->site(), [this, reactor, resp](const absl::StatusOr<v1::Link>& link) {
+    if (link.ok()) {
+      const auto all = core_->ListLinks();
+      for (const auto& v : all.links()) {
+        if (v.from() == link->from() && v.to() == link->to()) *resp->mutable_link() = v;
+      }
+    }
+    reactor->Finish(ToGrpc(link.status()));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::Plan(grpc::CallbackServerContext* ctx,
+                                               const v1::PlanRequest* req,
+                                               v1::PlanResponse* resp) {
+  return Guarded(ctx, authz_, metrics_, RpcClass::kJob, "Plan", [&](const Identity&) {
+    auto out = core_->Plan(req->spec());
+    if (out.ok()) *resp = std::move(*out);
+    return out.status();
+  });
+}
+
+#define FEDGATE_JOB_RPC(Method, Req, Resp)                                              \
+  grpc::ServerUnaryReactor* JobServiceImpl::Method(grpc::CallbackServerContext* ctx,      \
+                                                   const v1::Req* req, v1::Resp* resp) {  \
+    return Guarded(ctx, authz_, metrics_, RpcClass::kJob, #Method,                        \
+                   [&](const Identity& id) {                                              \
+                     auto out = jobs_->Method(id, *req);                                  \
+                     if (out.ok()) *resp = std::move(*out);                               \
+                     return out.status();                                                 \
+                   });                                                                    \
+  }
+
+FEDGATE_JOB_RPC(Get, GetJobRequest, GetJobResponse)
+FEDGATE_JOB_RPC(List, ListJobsRequest, ListJobsResponse)
+FEDGATE_JOB_RPC(Cancel, CancelJobRequest, CancelJobResponse)
+#undef FEDGATE_JOB_RPC
+
+grpc::ServerUnaryReactor* JobServiceImpl::Submit(grpc::CallbackServerContext* ctx,
+                                                 const v1::SubmitJobRequest* req,
+                                                 v1::SubmitJobResponse* resp) {
+  auto* reactor = ctx->DefaultReactor();
+  auto caller = authz_->Authorize(*ctx->auth_context(), RpcClass::kJob, "Submit");
+  if (!caller.ok()) {
+    reactor->Finish(ToGrpc(caller.status()));
+    return reactor;
+  }
+  metrics_->Inc("fedgate_job_rpc_handled_total", {{"method", "Submit"}});
+  // Finished from the store's writer thread once the row is durable, so
+  // concurrent submits share transactions instead of holding gRPC threads.
+  jobs_->SubmitAsync(*caller, *req,
+                     [reactor, resp](absl::StatusOr<v1::SubmitJobResponse> out) {
+                       if (out.ok()) *resp = std::move(*out);
+                       reactor->Finish(ToGrpc(out.status()));
+                     });
+  return reactor;
+}
+
+namespace {
+// A stream refused before it starts.
+template <typename T>
+grpc::ServerWriteReactor<T>* Refused(const absl::Status& st) {
+  class Done final : public grpc::ServerWriteReactor<T> {
+   public:
+    explicit Done(const absl::Status& st) { this->Finish(ToGrpc(st)); }
+    void OnDone() override { delete this; }
+  };
+  return new Done(st);
+}
+}  // namespace
+
+grpc::ServerWriteReactor<v1::Job>* JobServiceImpl::Watch(grpc::CallbackServerContext* ctx,
+                                                         const v1::WatchJobRequest* req) {
+  auto caller = authz_->Authorize(*ctx->auth_context(), RpcClass::kJob, "Watch");
+  if (!caller.ok()) return Refused<v1::Job>(caller.status());
+  metrics_->Inc("fedgate_job_rpc_handled_total", {{"method", "Watch"}});
+  return NewWatchReactor(jobs_, *caller, *req);
+}
+
+grpc::ServerWriteReactor<v1::LogsResponse>* JobServiceImpl::Logs(grpc::CallbackServerContext* ctx,
+                                                                 const v1::LogsRequest* req) {
+  auto caller = authz_->Authorize(*ctx->auth_context(), RpcClass::kJob, "Logs");
+  if (!caller.ok()) return Refused<v1::LogsResponse>(caller.status());
+  metrics_->Inc("fedgate_job_rpc_handled_total", {{"method", "Logs"}});
+  return NewLogsReactor(jobs_, *caller, *req);
+}
+
+}  // namespace fedgate::gateway

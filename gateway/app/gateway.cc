@@ -1,0 +1,196 @@
+#include "gateway/app/gateway.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <spdlog/spdlog.h>
+
+#include "base/str_cat.h"
+#include "gateway/security/authz.h"
+#include "gateway/peering/bench_host.h"
+#include "gateway/peering/prober.h"
+#include "gateway/jobs/coordinator.h"
+#include "gateway/peering/core.h"
+#include "gateway/jobs/participant.h"
+#include "gateway/jobs/participant_client.h"
+#include "gateway/api/rest_server.h"
+#include "gateway/jobs/job_manager.h"
+#include "gateway/store/job_store.h"
+#include "gateway/ops/metrics.h"
+#include "gateway/ops/ops_server.h"
+#include "gateway/peering/peer_links.h"
+#include "gateway/api/services.h"
+#include "gateway/store/store.h"
+#include "gateway/app/system_clock.h"
+#include "gateway/security/tls.h"
+
+namespace fedgate::gateway {
+
+Gateway::Gateway(Config config) : config_(std::move(config)) {}
+
+Gateway::~Gateway() { Stop(); }
+
+absl::Status Gateway::Start() {
+  clock_ = std::make_unique<SystemClock>();
+  metrics_ = std::make_unique<Metrics>();
+  auto store = Store::Open(config_.data_dir);
+  if (!store.ok()) return store.status();
+  store_ = std::move(*store);
+  core_ = std::make_unique<GatewayCore>(
+      config_, clock_.get(), store_.get(),
+      std::make_unique<federation::StaticInventory>(config_.nodes), metrics_.get());
+  if (auto st = core_->Init(); !st.ok()) return st;
+  participant_ = std::make_unique<Participant>(config_, clock_.get(), store_.get());
+  core_->SetFreeGpusFn([p = participant_.get()] { return p->FreeGpus(); });
+  participant_->SetOnCapacityChange([c = core_.get()] { (void)c->Tick(); });
+  if (auto st = core_->Tick(); !st.ok()) return st;
+
+  auto ops = OpsServer::Start(config_.listen_ops, metrics_.get(), [this] { return ready_.load(); });
+  if (!ops.ok()) return ops.status();
+  ops_ = std::move(*ops);
+
+  authz_ = std::make_unique<Authorizer>(
+      config_.federation, config_.site,
+      [core = core_.get()](std::string_view site) { return core->IsApprovedPeer(site); },
+      metrics_.get());
+  const unsigned reload_s =
+      static_cast<unsigned>(std::max<int64_t>(1, config_.tls_reload_interval_ms / 1000));
+  client_certs_ = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+      config_.tls_key, config_.tls_cert, config_.tls_ca, reload_s);
+  bench_host_ = std::make_unique<BenchHost>();
+  prober_ = std::make_unique<Prober>(core_.get(), metrics_.get(), client_certs_);
+  peer_service_ = std::make_unique<PeerServiceImpl>(core_.get(), authz_.get(), metrics_.get(),
+                                                    bench_host_.get(), participant_.get());
+  admin_service_ = std::make_unique<AdminServiceImpl>(core_.get(), authz_.get(), metrics_.get(),
+                                                      prober_.get());
+  // FEDGATE_BENCH_NO_STORE=1 is the no-store baseline of the submit benchmark.
+  const char* no_store = std::getenv("FEDGATE_BENCH_NO_STORE");
+  if (no_store == nullptr || std::string(no_store) != "1") {
+    auto js = JobStore::Open(config_.data_dir + "/fedgate.db");
+    if (!js.ok()) return js.status();
+    job_store_ = std::move(*js);
+  } else {
+    spdlog::warn("FEDGATE_BENCH_NO_STORE=1: jobs are kept in memory only (benchmark baseline)");
+  }
+  job_manager_ = std::make_unique<JobManager>(core_.get(), job_store_.get());
+  if (job_store_) {
+    // Every landed write of a job wakes the Watch streams of that job.
+    job_store_->SetOnWrite([events = job_manager_->events()](const std::string& id) {
+      events->Notify(id);
+    });
+  }
+  if (job_store_) {
+    participant_client_ =
+        std::make_unique<ParticipantClient>(core_.get(), participant_.get(), client_certs_);
+    coordinator_ =
+        std::make_unique<Coordinator>(core_.get(), job_store_.get(), participant_client_.get());
+    job_manager_->SetCoordinator(coordinator_.get());
+  }
+  if (job_store_) {
+    metrics_->Describe("fedgate_job_store_commits_total", "counter",
+                       "Transactions (fsyncs) of the job store's writer.");
+    metrics_->Describe("fedgate_job_store_largest_batch", "gauge",
+                       "Most writes one job-store transaction carried.");
+    metrics_->Describe("fedgate_coordinator_renew_passes_total", "counter",
+                       "Passes of the coordinator's lease renewal over every running job.");
+    metrics_->Describe("fedgate_coordinator_worst_renew_gap_seconds", "gauge",
+                       "Longest time a slice on an answering site went without a renewal "
+                       "(compare with fedgate_coordinator_lease_seconds).");
+    metrics_->Describe("fedgate_coordinator_lease_seconds", "gauge",
+                       "The lease of committed slices.");
+    metrics_->OnScrape([js = job_store_.get(), c = coordinator_.get()](Metrics& m) {
+      m.Set("fedgate_job_store_commits_total", {}, static_cast<double>(js->commits()));
+      m.Set("fedgate_job_store_largest_batch", {}, static_cast<double>(js->largest_batch()));
+      m.Set("fedgate_coordinator_renew_passes_total", {}, static_cast<double>(c->renew_passes()));
+      m.Set("fedgate_coordinator_worst_renew_gap_seconds", {}, c->worst_renew_gap_ms() / 1000.0);
+      m.Set("fedgate_coordinator_lease_seconds", {}, c->lease_ms() / 1000.0);
+    });
+  }
+  job_service_ = std::make_unique<JobServiceImpl>(core_.get(), job_manager_.get(), authz_.get(),
+                                                  metrics_.get());
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(
+      config_.listen_grpc,
+      MakeServerCredentials(config_.tls_ca, config_.tls_cert, config_.tls_key, reload_s),
+      &grpc_port_);
+  // Port clashes must fail loudly, not be shared.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.RegisterService(peer_service_.get());
+  builder.RegisterService(admin_service_.get());
+  builder.RegisterService(job_service_.get());
+  server_ = builder.BuildAndStart();
+  if (!server_ || grpc_port_ == 0) {
+    return absl::UnavailableError(fedgate::StrCat("listen.grpc: cannot listen on ",
+                                               config_.listen_grpc,
+                                               " (address in use or TLS files unusable)"));
+  }
+
+  if (job_store_) {
+    auto rest = RestServer::Start(config_, job_manager_.get(), metrics_.get());
+    if (!rest.ok()) return rest.status();
+    rest_ = std::move(*rest);
+  }
+
+  links_ = std::make_unique<PeerLinks>(core_.get(), client_certs_);
+  if (config_.bench_probe_on_peer_up) {
+    links_->SetOnLinkUp([p = prober_.get()](const std::string& site) { p->Enqueue(site); });
+  }
+  prober_->Start();
+  core_->SetPeersChangedHook([links = links_.get()] { links->Reconcile(); });
+  links_->Reconcile();
+  advertiser_ = std::thread([this] { AdvertiseLoop(); });
+  participant_->Start();
+  if (coordinator_) coordinator_->Start();
+  ready_ = true;
+  spdlog::info("fedgate {} site {} (federation {}) serving gRPC on port {}, REST on port {}, ops "
+               "on port {}; {} node(s), {} approved peer(s)",
+               kVersion, config_.site, config_.federation, grpc_port_, rest_ ? rest_->port() : 0,
+               ops_->port(),
+               config_.nodes.size(), core_->Peers().size());
+  return absl::OkStatus();
+}
+
+void Gateway::AdvertiseLoop() {
+  while (!stopping_) {
+    core_->WaitUntil(clock_->NowMs() + config_.advertise_interval_ms,
+                     [this] { return stopping_.load(); });
+    if (stopping_) break;
+    if (auto st = core_->Tick(); !st.ok()) {
+      spdlog::error("cannot persist the ad seq, not advertising: {}", std::string(st.message()));
+    }
+  }
+}
+
+void Gateway::Stop() {
+  if (stopping_.exchange(true)) return;
+  ready_ = false;
+  if (core_) core_->NotifyAll();
+  if (advertiser_.joinable()) advertiser_.join();
+  // Finishes or cancels pending probes (and their admin calls) first.
+  if (prober_) prober_->Stop();
+  // Running slices elsewhere keep running within their lease; a restarted
+  // coordinator picks them up again from the store.
+  if (coordinator_) coordinator_->Stop();
+  // Aborts sent by the coordinator end by their deadlines (a quarter lease).
+  if (participant_client_ && !participant_client_->Drain(config_.jobs_lease_ms)) {
+    spdlog::warn("shutting down with calls to participants still in flight");
+  }
+  if (core_ && links_) {
+    spdlog::info("shutting down: withdrawing this site's ad from peers");
+    core_->Withdraw();
+    links_->Shutdown(1000);
+  }
+  if (rest_) rest_->Stop();
+  if (server_) {
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    server_->Wait();
+  }
+  if (ops_) ops_->Stop();
+  if (participant_) participant_->Stop();
+  spdlog::info("stopped");
+}
+
+}  // namespace fedgate::gateway

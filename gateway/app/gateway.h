@@ -1,0 +1,81 @@
+// Wires one site's gateway together: store, core, gRPC server (mTLS, health,
+// reflection), peer links, advertiser and the ops endpoint.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <thread>
+
+#include <grpcpp/security/tls_certificate_provider.h>
+
+#include "absl/status/status.h"
+#include "gateway/app/config.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace fedgate::gateway {
+
+class Authorizer;
+class BenchHost;
+class Prober;
+class GatewayCore;
+class Metrics;
+class OpsServer;
+class PeerLinks;
+class PeerServiceImpl;
+class AdminServiceImpl;
+class JobServiceImpl;
+class JobManager;
+class RestServer;
+class JobStore;
+class Participant;
+class Coordinator;
+class ParticipantClient;
+class Store;
+class SystemClock;
+
+class Gateway {
+ public:
+  explicit Gateway(Config config);
+  ~Gateway();
+
+  absl::Status Start();
+  // Stops accepting, tells peers (a withdrawn ad), stops every thread.
+  void Stop();
+
+  int grpc_port() const { return grpc_port_; }
+
+ private:
+  void AdvertiseLoop();
+
+  Config config_;
+  std::unique_ptr<SystemClock> clock_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<GatewayCore> core_;
+  std::unique_ptr<Authorizer> authz_;
+  std::unique_ptr<PeerServiceImpl> peer_service_;
+  std::unique_ptr<AdminServiceImpl> admin_service_;
+  std::unique_ptr<Participant> participant_;
+  std::unique_ptr<ParticipantClient> participant_client_;  // outlives the coordinator
+  std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<JobStore> job_store_;
+  std::unique_ptr<JobManager> job_manager_;
+  std::unique_ptr<JobServiceImpl> job_service_;
+  std::unique_ptr<RestServer> rest_;
+  std::unique_ptr<grpc::Server> server_;
+  // One file-watching provider for every outgoing channel (peers, probes, jobs).
+  std::shared_ptr<grpc::experimental::CertificateProviderInterface> client_certs_;
+  std::unique_ptr<PeerLinks> links_;
+  std::unique_ptr<BenchHost> bench_host_;
+  std::unique_ptr<Prober> prober_;
+  std::unique_ptr<OpsServer> ops_;
+  std::thread advertiser_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> ready_{false};
+  int grpc_port_ = 0;
+};
+
+}  // namespace fedgate::gateway

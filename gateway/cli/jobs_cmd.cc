@@ -1,0 +1,268 @@
+// fedctl jobs plan | submit | get | list | cancel | logs | watch, and vc get:
+// a tenant's jobs through the federated job API.
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <iterator>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/str_cat.h"
+#include "fedgate/v1/jobs.grpc.pb.h"
+#include "gateway/cli/command.h"
+#include "gateway/jobs/job_spec_yaml.h"
+#include "gateway/peering/bench_host.h"
+#include "gateway/security/certs.h"
+
+namespace fedgate::cli {
+namespace {
+
+std::string PlanTable(const v1::PlanResponse& resp) {
+  std::string out = resp.summary();
+  if (resp.placeable() && resp.sites_size() > 1) {
+    out += resp.bottleneck_gbps() > 0
+               ? absl::StrFormat("; slowest link %.4f Gbit/s", resp.bottleneck_gbps())
+               : std::string("; links between them not measured");
+  }
+  out += "\n\n";
+  if (resp.placeable()) {
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& s : resp.slices()) {
+      rows.push_back({absl::StrCat(s.first_rank(), "-", s.first_rank() + s.gpus() - 1), s.site(),
+                      s.node(), absl::StrCat(s.gpus())});
+    }
+    out += RenderTable({"RANKS", "SITE", "NODE", "GPUS"}, rows) + "\n";
+  }
+  std::vector<std::vector<std::string>> why;
+  for (const auto& e : resp.explanation()) {
+    why.push_back({e.site(), e.used() ? "yes" : "no", e.reason()});
+  }
+  return out + RenderTable({"SITE", "USED", "WHY"}, why);
+}
+
+std::string JobTable(const v1::Job& j) {
+  std::string out = absl::StrFormat("job %s (%s) of tenant %s: %s, attempt %u\n  %s\n", j.id(),
+                                    j.name(), j.tenant(), j.state(), j.attempt(), j.reason());
+  if (j.has_placement() && j.placement().explanation_size() > 0) {
+    out += "\n" + PlanTable(j.placement());
+  }
+  return out;
+}
+
+// Reads and checks a spec file ('-' = stdin) before anything is dialled.
+v1::JobSpec ReadSpec(const std::string& file) {
+  std::string text;
+  if (file == "-") {
+    text.assign(std::istreambuf_iterator<char>(std::cin), {});
+  } else {
+    auto t = gateway::ReadFile(file);
+    if (!t.ok()) Die(std::string(t.status().message()), 2);
+    text = *t;
+  }
+  auto parsed = gateway::ParseJobSpec(text, file == "-" ? "stdin" : file);
+  if (!parsed.ok()) Die(std::string(parsed.status().message()), 2);
+  return *parsed;
+}
+
+struct Opts {
+  std::string spec_file, idem_key, job_id, state;
+  uint32_t rank = 0;
+};
+
+int Plan(const Globals& g, const Opts& o) {
+  const v1::JobSpec spec = ReadSpec(o.spec_file);
+  auto stub = v1::JobService::NewStub(Connect(g));
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  v1::PlanRequest req;
+  *req.mutable_spec() = spec;
+  v1::PlanResponse resp;
+  CheckRpc(stub->Plan(&ctx, req, &resp), g, "jobs plan");
+  Print(resp, g.format(), PlanTable(resp));
+  return 0;
+}
+
+int Submit(const Globals& g, const Opts& o) {
+  v1::SubmitJobRequest req;
+  *req.mutable_spec() = ReadSpec(o.spec_file);
+  req.set_idempotency_key(o.idem_key.empty() ? gateway::RandomToken() : o.idem_key);
+  auto stub = v1::JobService::NewStub(Connect(g));
+  v1::SubmitJobResponse resp;
+  // Retrying with the same key is safe: it can never make a second job.
+  grpc::Status st;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    st = stub->Submit(&ctx, req, &resp);
+    if (st.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500 << attempt));
+  }
+  CheckRpc(st, g, "jobs submit");
+  Print(resp, g.format(), JobTable(resp.job()));
+  return 0;
+}
+
+int Get(const Globals& g, const Opts& o) {
+  auto stub = v1::JobService::NewStub(Connect(g));
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  v1::GetJobRequest req;
+  req.set_id(o.job_id);
+  v1::GetJobResponse resp;
+  CheckRpc(stub->Get(&ctx, req, &resp), g, "jobs get");
+  Print(resp, g.format(), JobTable(resp.job()));
+  return 0;
+}
+
+int Cancel(const Globals& g, const Opts& o) {
+  auto stub = v1::JobService::NewStub(Connect(g));
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  v1::CancelJobRequest req;
+  req.set_id(o.job_id);
+  v1::CancelJobResponse resp;
+  CheckRpc(stub->Cancel(&ctx, req, &resp), g, "jobs cancel");
+  Print(resp, g.format(), JobTable(resp.job()));
+  return 0;
+}
+
+int List(const Globals& g, const Opts& o) {
+  auto stub = v1::JobService::NewStub(Connect(g));
+  v1::ListJobsResponse all;
+  std::string token;
+  do {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    v1::ListJobsRequest req;
+    req.set_state(o.state);
+    req.set_page_token(token);
+    req.set_page_size(500);
+    v1::ListJobsResponse page;
+    CheckRpc(stub->List(&ctx, req, &page), g, "jobs list");
+    for (auto& j : *page.mutable_jobs()) *all.add_jobs() = std::move(j);
+    token = page.next_page_token();
+  } while (!token.empty());
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& j : all.jobs()) {
+    rows.push_back({j.id(), j.name(), j.tenant(), j.state(), absl::StrCat(j.spec().gpus()),
+                    j.reason()});
+  }
+  Print(all, g.format(),
+        rows.empty() ? std::string("no jobs\n")
+                     : RenderTable({"ID", "NAME", "TENANT", "STATE", "GPUS", "REASON"}, rows));
+  return 0;
+}
+
+int Logs(const Globals& g, const Opts& o) {
+  auto stub = v1::JobService::NewStub(Connect(g));
+  grpc::ClientContext ctx;
+  v1::LogsRequest req;
+  req.set_id(o.job_id);
+  req.set_rank(o.rank);
+  req.set_follow(true);  // until the job ends, then exit
+  auto reader = stub->Logs(&ctx, req);
+  v1::LogsResponse chunk;
+  while (reader->Read(&chunk)) {
+    // Raw output whatever -o says.
+    std::fwrite(chunk.content().data(), 1, chunk.content().size(), stdout);
+    std::fflush(stdout);
+  }
+  CheckRpc(reader->Finish(), g, "jobs logs");
+  return 0;
+}
+
+int Watch(const Globals& g, const Opts& o) {
+  auto stub = v1::JobService::NewStub(Connect(g));
+  grpc::ClientContext ctx;
+  v1::WatchJobRequest req;
+  req.set_id(o.job_id);
+  auto reader = stub->Watch(&ctx, req);
+  v1::Job j;
+  std::string final_state;
+  while (reader->Read(&j)) {
+    if (g.format() == Format::kTable) {
+      std::printf("%s (attempt %u): %s\n", j.state().c_str(), j.attempt(), j.reason().c_str());
+    } else {
+      v1::GetJobResponse one;
+      *one.mutable_job() = j;
+      Print(one, g.format(), "");
+    }
+    std::fflush(stdout);
+    final_state = j.state();
+  }
+  CheckRpc(reader->Finish(), g, "jobs watch");
+  return final_state == "SUCCEEDED" ? 0 : 1;
+}
+
+int VcGet(const Globals& g, const Opts& o) {
+  auto stub = v1::JobService::NewStub(Connect(g));
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  v1::GetJobRequest req;
+  req.set_id(o.job_id);
+  v1::GetJobResponse resp;
+  CheckRpc(stub->Get(&ctx, req, &resp), g, "vc get");
+  const auto& j = resp.job();
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& site : j.run().sites()) {
+    for (const auto& r : site.ranks()) {
+      rows.push_back({absl::StrCat(r.rank()), site.site(), r.node(), absl::StrCat(r.gpu()),
+                      absl::StrCat(r.local_rank()), absl::StrCat(r.group_rank())});
+    }
+  }
+  std::string table =
+      rows.empty() ? std::string("no virtual cluster yet (the job has not started)\n")
+                   : absl::StrFormat("world %u, master %s:%u, epoch %u\n", j.run().world_size(),
+                                     j.run().master_addr(), j.run().master_port(),
+                                     j.run().epoch()) +
+                         RenderTable({"RANK", "SITE", "NODE", "GPU", "LOCAL RANK", "GROUP"}, rows);
+  Print(j.run(), g.format(), table);
+  return 0;
+}
+
+}  // namespace
+
+void AddJobsCommands(CLI::App& app, Commands* out) {
+  auto o = std::make_shared<Opts>();
+  auto add = [&](CLI::App* sub, int (*fn)(const Globals&, const Opts&)) {
+    out->push_back({sub, [o, fn](const Globals& g) { return fn(g, *o); }});
+  };
+  auto* jobs = app.add_subcommand("jobs", "federated jobs");
+  jobs->require_subcommand(1);
+  auto* plan = jobs->add_subcommand("plan", "where a job spec would run now, and why");
+  plan->add_option("-f,--file", o->spec_file, "job spec, YAML or JSON ('-' reads stdin)")
+      ->required();
+  add(plan, Plan);
+  auto* submit = jobs->add_subcommand("submit", "queue a job (durable when this returns)");
+  submit->add_option("-f,--file", o->spec_file, "job spec, YAML or JSON ('-' reads stdin)")
+      ->required();
+  submit->add_option("--idempotency-key", o->idem_key,
+                     "the same key returns the same job (default: a fresh one)");
+  add(submit, Submit);
+  auto* get = jobs->add_subcommand("get", "one job, with its placement explanation");
+  get->add_option("id", o->job_id, "job id")->required();
+  add(get, Get);
+  auto* list = jobs->add_subcommand("list", "jobs you may see");
+  list->add_option("--state", o->state, "only jobs in this state");
+  add(list, List);
+  auto* cancel = jobs->add_subcommand("cancel", "cancel a job that has not ended");
+  cancel->add_option("id", o->job_id, "job id")->required();
+  add(cancel, Cancel);
+  auto* logs = jobs->add_subcommand("logs", "a rank's raw output (any site, via the coordinator)");
+  logs->add_option("id", o->job_id, "job id")->required();
+  logs->add_option("--rank", o->rank, "rank (default 0)");
+  add(logs, Logs);
+  auto* watch = jobs->add_subcommand("watch", "print state changes until the job ends");
+  watch->add_option("id", o->job_id, "job id")->required();
+  add(watch, Watch);
+
+  auto* vc = app.add_subcommand("vc", "virtual clusters");
+  vc->require_subcommand(1);
+  auto* vc_get = vc->add_subcommand("get", "rank -> site, node, GPU of a job's latest attempt");
+  vc_get->add_option("job_id", o->job_id, "job id")->required();
+  add(vc_get, VcGet);
+}
+
+}  // namespace fedgate::cli

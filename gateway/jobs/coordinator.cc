@@ -1,0 +1,514 @@
+#include "gateway/jobs/coordinator.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <future>
+#include <set>
+
+#include "federation/duration.h"
+#include "federation/queue_policy.h"
+#include "base/str_cat.h"
+#include "gateway/peering/core.h"
+#include "gateway/jobs/crash_point.h"
+#include "gateway/jobs/participant_calls.h"
+
+namespace fedgate::gateway {
+namespace {
+
+using federation::JobState;
+
+constexpr int64_t kHoldTtlMs = 30000;
+constexpr int64_t kPlacePassMs = 250;
+
+v1::ReservationKey Key(const JobRecord& job, uint64_t epoch) {
+  v1::ReservationKey k;
+  k.set_job_id(job.id);
+  k.set_attempt(job.attempt);
+  k.set_epoch(epoch);
+  return k;
+}
+
+// Waits until as many answers arrived as calls were sent.
+class Latch {
+ public:
+  void Add() {
+    std::lock_guard lock(mu_);
+    ++pending_;
+  }
+  void Done() {
+    std::lock_guard lock(mu_);
+    if (--pending_ == 0) cv_.notify_all();
+  }
+  void Wait() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return pending_ == 0; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int pending_ = 0;
+};
+
+// Checks a participant's answer against what was asked: per node exactly the
+// GPUs asked, each index once. A peer's reply never reaches `.at()` unchecked.
+absl::Status CheckHolds(const v1::PrepareRequest& req, const v1::PrepareResponse& resp) {
+  std::map<std::string, uint32_t> asked;
+  for (const auto& n : req.nodes()) asked[n.node()] += n.gpus();
+  std::map<std::string, std::set<uint32_t>> got;
+  for (const auto& h : resp.holds()) {
+    for (uint32_t i : h.indices()) {
+      if (!got[h.node()].insert(i).second) {
+        return absl::InternalError(StrCat("GPU ", h.node(), "/", i, " returned twice"));
+      }
+    }
+  }
+  for (const auto& [node, n] : asked) {
+    if (got[node].size() != n) {
+      return absl::InternalError(StrCat("returned ", got[node].size(), " GPU(s) of node ", node,
+                                        ", ", n, " asked"));
+    }
+  }
+  if (got.size() != asked.size()) return absl::InternalError("returned GPUs of nodes not asked");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Coordinator::Coordinator(GatewayCore* core, JobStore* store, ParticipantCalls* participants)
+    : core_(core),
+      store_(store),
+      participants_(participants),
+      lease_ms_(core->config().jobs_lease_ms) {}
+
+Coordinator::~Coordinator() { Stop(); }
+
+void Coordinator::Start() {
+  placer_ = std::thread([this] { PlaceLoop(); });
+  renewer_ = std::thread([this] { RenewLoop(); });
+}
+
+void Coordinator::Stop() {
+  {
+    std::lock_guard lock(wake_mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (placer_.joinable()) placer_.join();
+  if (renewer_.joinable()) renewer_.join();
+}
+
+void Coordinator::Sleep(int64_t ms) {
+  std::unique_lock lock(wake_mu_);
+  wake_.wait_for(lock, std::chrono::milliseconds(ms), [&] { return stop_.load(); });
+}
+
+bool Coordinator::Save(JobRecord* job) {
+  auto st = store_->Save(job, federation::JobActor::kCoordinator);
+  if (st.ok()) return true;
+  // ABORTED / FAILED_PRECONDITION: someone (a cancel) wrote first. That
+  // write stands; the loops see the job anew in their next pass.
+  spdlog::info("job {}: not moved to {}: {}", job->id, federation::JobStateName(job->state),
+               std::string(st.message()));
+  return false;
+}
+
+void Coordinator::PlaceLoop() {
+  while (!stop_) {
+    PlacePass();
+    Sleep(kPlacePassMs);
+  }
+}
+
+void Coordinator::PlacePass() {
+  federation::ShortestJobFirst policy;
+  auto jobs = store_->ListAllActive();
+  if (!jobs.ok()) return;
+  std::vector<federation::QueuedJob> queued;
+  std::map<std::string, JobRecord> pending;
+  for (auto& j : *jobs) {
+    if (j.state == JobState::kReserving) {
+      // Only this thread reserves and it finishes every reservation it
+      // starts, so a job left RESERVING is one a crash interrupted.
+      UndoReservation(j, "reservation interrupted by a coordinator restart; will retry");
+    } else if (j.state == JobState::kPending) {
+      auto ms = federation::ParseDurationMs(j.spec.estimated_duration());
+      queued.push_back({j.id, j.spec.gpus(), ms.ok() ? *ms : 3600000,
+                        j.spec.priority() == "spot", j.created_at_unix_ms});
+      pending[j.id] = j;
+    }
+  }
+  // Only this site and its approved peers can be asked to run ranks: every
+  // other known site is avoided. Computed once per pass.
+  std::vector<std::string> unreachable;
+  if (!queued.empty()) {
+    std::set<std::string> reachable = {core_->config().site};
+    for (const auto& p : core_->Peers()) reachable.insert(p.site);
+    const auto capacity = core_->Capacity();
+    for (const auto& s : capacity.sites()) {
+      if (!reachable.contains(s.site())) unreachable.push_back(s.site());
+    }
+  }
+  for (const auto& id : policy.Order(queued, core_->clock()->NowMs())) {
+    if (stop_) break;
+    TryStart(pending[id], unreachable);
+  }
+}
+
+void Coordinator::UndoReservation(JobRecord job, const std::string& why) {
+  StopRun(job, why);
+  job.attempt = job.attempt > 0 ? job.attempt - 1 : 0;
+  job.state = JobState::kPending;
+  job.reason = why;
+  job.updated_at_unix_ms = core_->clock()->NowMs();
+  if (Save(&job)) spdlog::warn("job {}: {}", job.id, why);
+}
+
+void Coordinator::TryStart(JobRecord job, const std::vector<std::string>& unreachable) {
+  v1::RunPlan run;
+  run.ParseFromString(job.run);
+  v1::JobSpec spec = job.spec;
+  for (const auto& s : unreachable) spec.add_avoided_sites(s);
+  v1::JobSpec avoiding = spec;
+  for (const auto& s : run.avoided_sites()) avoiding.add_avoided_sites(s);
+  auto plan = core_->Plan(avoiding);
+  // Sites that failed an earlier attempt are avoided while another placement
+  // exists; if none does, a failed site that is back up (fresh ad) may serve.
+  if (plan.ok() && !plan->placeable() && run.avoided_sites_size() > 0) plan = core_->Plan(spec);
+  const int64_t now = core_->clock()->NowMs();
+  if (!plan.ok() || !plan->placeable()) {
+    const std::string reason = plan.ok() ? StrCat("waiting for capacity: ", plan->summary())
+                                         : std::string(plan.status().message());
+    if (reason != job.reason) {
+      job.reason = reason;
+      job.updated_at_unix_ms = now;
+      Save(&job);
+    }
+    return;
+  }
+  // The virtual cluster: ranks site by site, node by node.
+  const uint64_t epoch = last_epoch_ = std::max<uint64_t>(last_epoch_ + 1, now);
+  v1::RunPlan next;
+  next.set_epoch(epoch);
+  next.set_world_size(job.spec.gpus());
+  *next.mutable_avoided_sites() = run.avoided_sites();
+  std::map<std::string, v1::SiteRun*> by_site;
+  uint32_t group = 0;
+  for (const auto& sl : plan->slices()) {
+    if (!by_site.contains(sl.site())) {
+      by_site[sl.site()] = next.add_sites();
+      by_site[sl.site()]->set_site(sl.site());
+    }
+    for (uint32_t g = 0; g < sl.gpus(); ++g) {
+      auto* r = by_site[sl.site()]->add_ranks();
+      r->set_rank(sl.first_rank() + g);
+      r->set_local_rank(g);
+      r->set_local_world_size(sl.gpus());
+      r->set_group_rank(group);
+      r->set_node(sl.node());
+    }
+    ++group;
+  }
+  const auto& first = plan->slices(0);
+  next.set_master_addr(core_->NodeAddress(first.site(), first.node()));
+  job.attempt += 1;
+  job.state = JobState::kReserving;
+  job.reason = StrCat("reserving on ", next.sites_size(), " site(s)");
+  job.run = next.SerializeAsString();
+  job.updated_at_unix_ms = now;
+  if (!Save(&job)) return;  // cancelled since it was read
+  CrashPoint("coordinator-after-reserving");
+
+  // Phase one, on every site at once: hold GPUs; rank 0's site also picks
+  // MASTER_PORT.
+  const int n = next.sites_size();
+  std::vector<v1::PrepareRequest> reqs(n);
+  std::vector<absl::StatusOr<v1::PrepareResponse>> answers(n, absl::UnknownError("no answer"));
+  Latch latch;
+  for (int i = 0; i < n; ++i) {
+    auto& req = reqs[i];
+    *req.mutable_key() = Key(job, epoch);
+    req.set_tenant(job.tenant);
+    std::map<std::string, uint32_t> per_node;
+    for (const auto& r : next.sites(i).ranks()) per_node[r.node()]++;
+    for (const auto& [node, count] : per_node) {
+      auto* a = req.add_nodes();
+      a->set_node(node);
+      a->set_gpus(count);
+    }
+    req.set_hold_ttl_ms(kHoldTtlMs);
+    req.set_pick_master_port(i == 0);
+    latch.Add();
+    participants_->Prepare(next.sites(i).site(), req, reserve_timeout_ms(),
+                           [&answers, &latch, i](absl::StatusOr<v1::PrepareResponse> r) {
+                             answers[i] = std::move(r);
+                             latch.Done();
+                           });
+  }
+  latch.Wait();
+  std::string failed;
+  for (int i = 0; i < n && failed.empty(); ++i) {
+    auto& site = *next.mutable_sites(i);
+    absl::Status st = answers[i].status();
+    if (st.ok()) st = CheckHolds(reqs[i], *answers[i]);
+    if (!st.ok()) {
+      failed = StrCat(site.site(), ": ", st.message());
+      break;
+    }
+    if (i == 0) next.set_master_port(answers[i]->master_port());
+    std::map<std::string, std::vector<uint32_t>> gpus;
+    for (const auto& h : answers[i]->holds()) {
+      gpus[h.node()].insert(gpus[h.node()].end(), h.indices().begin(), h.indices().end());
+    }
+    std::map<std::string, size_t> used;
+    for (auto& r : *site.mutable_ranks()) r.set_gpu(gpus[r.node()][used[r.node()]++]);
+  }
+  CrashPoint("coordinator-after-prepare");
+  if (!failed.empty()) {
+    UndoReservation(job, StrCat("reservation failed at ", failed, "; will retry"));
+    return;
+  }
+  // The decision, durable before any commit. Losing the compare-and-set
+  // means the job was cancelled while the sites prepared: release the holds
+  // and start nothing.
+  job.state = JobState::kRunning;
+  job.reason = StrCat("running on ", next.sites_size(), " site(s), attempt ", job.attempt);
+  job.run = next.SerializeAsString();
+  job.updated_at_unix_ms = core_->clock()->NowMs();
+  if (!Save(&job)) {
+    StopRun(job, "the job ended during its reservation");
+    return;
+  }
+  spdlog::info("job {} attempt {}: committed on {} site(s), master {}:{}", job.id, job.attempt,
+               next.sites_size(), next.master_addr(), next.master_port());
+  CrashPoint("coordinator-after-decision");
+  std::vector<int> all(n);
+  for (int i = 0; i < n; ++i) all[i] = i;
+  if (auto st = CommitAll(job, next, all); !st.ok()) {
+    Fail(job, next, std::string(st.message()), "");
+    return;
+  }
+  CrashPoint("coordinator-after-first-commit");
+}
+
+absl::Status Coordinator::CommitAll(const JobRecord& job, const v1::RunPlan& run,
+                                    const std::vector<int>& which) {
+  std::vector<absl::StatusOr<v1::CommitResponse>> answers(which.size(),
+                                                          absl::UnknownError("no answer"));
+  Latch latch;
+  for (size_t k = 0; k < which.size(); ++k) {
+    const auto& site = run.sites(which[k]);
+    v1::CommitRequest c;
+    *c.mutable_key() = Key(job, run.epoch());
+    *c.mutable_ranks() = site.ranks();
+    c.set_world_size(run.world_size());
+    c.set_master_addr(run.master_addr());
+    c.set_master_port(run.master_port());
+    *c.mutable_command() = job.spec.command();
+    *c.mutable_env() = job.spec.env();
+    c.set_lease_ms(lease_ms_);
+    latch.Add();
+    participants_->Commit(site.site(), std::move(c), reserve_timeout_ms(),
+                          [&answers, &latch, k](absl::StatusOr<v1::CommitResponse> r) {
+                            answers[k] = std::move(r);
+                            latch.Done();
+                          });
+  }
+  latch.Wait();
+  for (size_t k = 0; k < which.size(); ++k) {
+    if (!answers[k].ok()) {
+      return absl::Status(answers[k].status().code(),
+                          StrCat("commit failed at ", run.sites(which[k]).site(), ": ",
+                                 answers[k].status().message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Coordinator::RenewLoop() {
+  while (!stop_) {
+    const int64_t t0 = core_->clock()->NowMs();
+    RenewPass();
+    const int64_t spent = core_->clock()->NowMs() - t0;
+    Sleep(std::max<int64_t>(20, lease_ms_ / 5 - spent));
+  }
+}
+
+void Coordinator::RenewPass() {
+  auto jobs = store_->ListAllActive();
+  if (!jobs.ok()) return;
+  const auto down = core_->DownPeers();
+  struct Work {
+    JobRecord job;
+    v1::RunPlan run;
+    std::vector<absl::StatusOr<v1::SliceStatusResponse>> answers;
+  };
+  std::vector<std::unique_ptr<Work>> work;
+  Latch latch;
+  for (auto& j : *jobs) {
+    if (j.state != JobState::kRunning) continue;
+    auto w = std::make_unique<Work>();
+    w->job = std::move(j);
+    w->run.ParseFromString(w->job.run);
+    w->answers.assign(w->run.sites_size(), absl::UnavailableError("not asked: the site is down"));
+    for (int i = 0; i < w->run.sites_size(); ++i) {
+      const std::string& site = w->run.sites(i).site();
+      if (down.contains(site)) continue;
+      v1::SliceStatusRequest req;
+      *req.mutable_key() = Key(w->job, w->run.epoch());
+      req.set_lease_ms(lease_ms_);
+      latch.Add();
+      participants_->SliceStatus(site, std::move(req), rpc_timeout_ms(),
+                                 [w = w.get(), &latch, i](absl::StatusOr<v1::SliceStatusResponse> r) {
+                                   w->answers[i] = std::move(r);
+                                   latch.Done();
+                                 });
+    }
+    work.push_back(std::move(w));
+  }
+  latch.Wait();
+  const int64_t now = core_->clock()->NowMs();
+  std::set<std::string> running;
+  for (auto& w : work) {
+    running.insert(w->job.id);
+    Judge(std::move(w->job), w->run, w->answers, now);
+  }
+  for (auto it = last_ok_.begin(); it != last_ok_.end();) {
+    it = running.contains(it->first) ? std::next(it) : last_ok_.erase(it);
+  }
+  ++renew_passes_;
+}
+
+void Coordinator::Judge(JobRecord job, const v1::RunPlan& run,
+                        const std::vector<absl::StatusOr<v1::SliceStatusResponse>>& answers,
+                        int64_t now) {
+  auto& seen = last_ok_[job.id];
+  int succeeded = 0;
+  std::vector<int> recommit;
+  for (int i = 0; i < run.sites_size(); ++i) {
+    const std::string& site = run.sites(i).site();
+    if (!seen.contains(site)) seen[site] = now;  // first sight, e.g. after a restart
+    const auto& st = answers[i];
+    if (!st.ok()) {
+      if (now - seen[site] > lease_ms_) {
+        Fail(job, run,
+             StrCat("site ", site, " silent for ", (now - seen[site]) / 1000,
+                    " s: ", st.status().message()),
+             site);
+        return;
+      }
+      continue;
+    }
+    int64_t gap = now - seen[site];
+    int64_t worst = worst_gap_ms_.load();
+    while (gap > worst && !worst_gap_ms_.compare_exchange_weak(worst, gap)) {
+    }
+    seen[site] = now;
+    const std::string& state = st->state();
+    if (state == "held") {
+      // The decision is durable but this site never got its commit (the
+      // coordinator restarted in between): re-drive it.
+      spdlog::info("job {}: re-sending the commit to {}", job.id, site);
+      recommit.push_back(i);
+    } else if (state == "succeeded") {
+      ++succeeded;
+    } else if (state == "failed" || state == "unknown") {
+      std::string codes;
+      for (const auto& [rank, code] : st->exit_codes()) {
+        if (code != 0) codes += StrCat(codes.empty() ? "" : ", ", "rank ", rank, " exit ", code);
+      }
+      // Only a silent site is avoided next time: ranks that exited non-zero,
+      // a slice stopped by its lease, or a slice lost in a gateway restart
+      // say nothing against the site.
+      const bool lost = state == "unknown";
+      Fail(job, run,
+           StrCat("site ", site, ": ", lost ? "lost the slice (gateway restarted?)" : "",
+                  st->message(), codes.empty() ? "" : StrCat(" (", codes, ")")),
+           "");
+      return;
+    }
+  }
+  if (!recommit.empty()) {
+    if (auto c = CommitAll(job, run, recommit); !c.ok()) {
+      Fail(job, run, std::string(c.message()), "");
+      return;
+    }
+  }
+  if (succeeded == run.sites_size()) {
+    job.state = JobState::kSucceeded;
+    job.reason = StrCat("all ", run.world_size(), " rank(s) exited 0 on ", run.sites_size(),
+                        " site(s)");
+    job.updated_at_unix_ms = now;
+    if (Save(&job)) spdlog::info("job {} succeeded", job.id);
+    last_ok_.erase(job.id);
+  }
+}
+
+void Coordinator::Fail(JobRecord job, const v1::RunPlan& run, const std::string& reason,
+                       const std::string& bad_site) {
+  StopRun(job, reason);
+  v1::RunPlan next = run;
+  if (!bad_site.empty()) next.add_avoided_sites(bad_site);
+  job.run = next.SerializeAsString();
+  job.updated_at_unix_ms = core_->clock()->NowMs();
+  const uint32_t max_attempts = std::max<uint32_t>(1, job.spec.max_attempts());
+  if (job.attempt >= max_attempts) {
+    job.state = JobState::kFailed;
+    job.reason = StrCat("attempt ", job.attempt, " of ", max_attempts, " failed: ", reason);
+  } else {
+    job.state = JobState::kPending;
+    job.reason = StrCat("attempt ", job.attempt, " failed: ", reason, "; retrying",
+                        bad_site.empty() ? "" : StrCat(" without ", bad_site));
+  }
+  if (Save(&job)) spdlog::warn("job {}: {}", job.id, job.reason);
+  last_ok_.erase(job.id);
+}
+
+void Coordinator::StopRun(const JobRecord& job, const std::string& reason) {
+  v1::RunPlan run;
+  if (job.run.empty() || !run.ParseFromString(job.run)) return;
+  for (const auto& site : run.sites()) {
+    v1::AbortRequest a;
+    *a.mutable_key() = Key(job, run.epoch());
+    a.set_reason(reason);
+    participants_->Abort(site.site(), std::move(a), rpc_timeout_ms(),
+                         [id = job.id, s = site.site()](absl::StatusOr<v1::AbortResponse> r) {
+                           if (!r.ok()) {
+                             spdlog::warn("job {}: abort at {} failed: {} (its lease will stop it)",
+                                          id, s, std::string(r.status().message()));
+                           }
+                         });
+  }
+}
+
+void Coordinator::ReadLogAsync(const JobRecord& job, const v1::ReadLogRequest& req,
+                               std::function<void(absl::StatusOr<v1::ReadLogResponse>)> done) {
+  v1::RunPlan run;
+  run.ParseFromString(job.run);
+  for (const auto& site : run.sites()) {
+    for (const auto& r : site.ranks()) {
+      if (r.rank() != req.rank()) continue;
+      v1::ReadLogRequest ask = req;
+      ask.set_job_id(job.id);
+      ask.set_attempt(job.attempt);
+      // Logs are not on the lease's clock: a slow disk gets a few seconds.
+      participants_->ReadLog(site.site(), std::move(ask), std::max<int64_t>(5000, rpc_timeout_ms()),
+                             std::move(done));
+      return;
+    }
+  }
+  done(absl::NotFoundError(job.run.empty() ? StrCat("job ", job.id, " has not run yet")
+                                           : StrCat("job ", job.id, " has no rank ", req.rank())));
+}
+
+absl::StatusOr<v1::ReadLogResponse> Coordinator::ReadLog(const JobRecord& job,
+                                                         const v1::ReadLogRequest& req) {
+  auto p = std::make_shared<std::promise<absl::StatusOr<v1::ReadLogResponse>>>();
+  auto f = p->get_future();
+  ReadLogAsync(job, req, [p](absl::StatusOr<v1::ReadLogResponse> r) { p->set_value(std::move(r)); });
+  return f.get();
+}
+
+}  // namespace fedgate::gateway

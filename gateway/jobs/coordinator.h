@@ -1,0 +1,99 @@
+// The coordinator of the jobs submitted here. Two loops, each its own thread:
+// - placement: places pending jobs and runs the two-phase reservation
+//   (Prepare on every chosen site at once, the decision written durably, then
+//   Commit everywhere at once);
+// - renewal: every fifth of the lease, pages through every running job and
+//   asks every site of every job for its slice's state at once (which renews
+//   the slice's lease), then ends, retries or re-commits jobs.
+// Every write of a job is a compare-and-set through the job state machine:
+// a loop that loses (the job was cancelled meanwhile) re-reads and never
+// overwrites. Calls carry deadlines of a quarter of the lease; sites known to
+// be down are not called.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "fedgate/v1/federation.pb.h"
+#include "fedgate/v1/jobs.pb.h"
+#include "gateway/store/job_store.h"
+
+namespace fedgate::gateway {
+
+class GatewayCore;
+class ParticipantCalls;
+
+class Coordinator {
+ public:
+  Coordinator(GatewayCore* core, JobStore* store, ParticipantCalls* participants);
+  ~Coordinator();
+  void Start();
+  void Stop();
+
+  // Stops the job's slices everywhere (cancel); returns without waiting for
+  // the sites: a silent site's lease stops its slice anyway.
+  void StopRun(const JobRecord& job, const std::string& reason);
+  // Reads a chunk of a rank's log from the site that runs it. The async form
+  // calls `done` exactly once, possibly on the caller's thread.
+  void ReadLogAsync(const JobRecord& job, const v1::ReadLogRequest& req,
+                    std::function<void(absl::StatusOr<v1::ReadLogResponse>)> done);
+  absl::StatusOr<v1::ReadLogResponse> ReadLog(const JobRecord& job, const v1::ReadLogRequest& req);
+  // How long a slice keeps running without hearing from this coordinator.
+  int64_t lease_ms() const { return lease_ms_; }
+  // The deadline of a renewal (SliceStatus) and of an abort: well under a
+  // third of the lease.
+  int64_t rpc_timeout_ms() const { return lease_ms_ / 4; }
+  // The deadline of Prepare and Commit, which run on the placement thread
+  // (never in the way of renewals): a commit spawns every rank of a slice.
+  int64_t reserve_timeout_ms() const { return std::clamp<int64_t>(lease_ms_ / 2, 2000, 5000); }
+
+  // One pass of each loop; the threads run them, tests call them directly
+  // (with a FakeClock, without Start). Both block until every call they make
+  // has answered or passed its deadline.
+  void PlacePass();
+  void RenewPass();
+
+  // For benchmarks and tests: renewal passes done, and the longest time a
+  // running slice went without a successful renewal, among sites that answered.
+  uint64_t renew_passes() const { return renew_passes_; }
+  int64_t worst_renew_gap_ms() const { return worst_gap_ms_; }
+
+ private:
+  void PlaceLoop();
+  void RenewLoop();
+  void Sleep(int64_t ms);
+  void TryStart(JobRecord job, const std::vector<std::string>& unreachable);
+  void UndoReservation(JobRecord job, const std::string& why);
+  void Judge(JobRecord job, const v1::RunPlan& run,
+             const std::vector<absl::StatusOr<v1::SliceStatusResponse>>& answers, int64_t now);
+  absl::Status CommitAll(const JobRecord& job, const v1::RunPlan& run,
+                         const std::vector<int>& which);
+  void Fail(JobRecord job, const v1::RunPlan& run, const std::string& reason,
+            const std::string& bad_site);
+  // The compare-and-set write; false (logged) when the job moved meanwhile.
+  bool Save(JobRecord* job);
+
+  GatewayCore* core_;
+  JobStore* store_;
+  ParticipantCalls* participants_;
+  const int64_t lease_ms_;
+  uint64_t last_epoch_ = 0;                                        // placement thread only
+  std::map<std::string, std::map<std::string, int64_t>> last_ok_;  // renewal thread only
+  std::atomic<uint64_t> renew_passes_{0};
+  std::atomic<int64_t> worst_gap_ms_{0};
+  std::mutex wake_mu_;
+  std::condition_variable wake_;
+  std::atomic<bool> stop_{false};
+  std::thread placer_, renewer_;
+};
+
+}  // namespace fedgate::gateway

@@ -1,0 +1,249 @@
+#include "gateway/jobs/job_manager.h"
+
+#include <spdlog/spdlog.h>
+
+#include <future>
+
+#include "federation/job_spec.h"
+#include "federation/names.h"
+#include "base/str_cat.h"
+#include "gateway/jobs/coordinator.h"
+#include "gateway/peering/core.h"
+
+namespace fedgate::gateway {
+
+namespace {
+using federation::JobState;
+// How often a following Logs stream looks for appended bytes.
+constexpr int64_t kLogPollMs = 300;
+}  // namespace
+
+JobManager::JobManager(GatewayCore* core, JobStore* store)
+    : core_(core), store_(store), events_(std::make_unique<JobEvents>(kLogPollMs)) {
+  events_->Start();
+}
+
+JobManager::~JobManager() { events_->Stop(); }
+
+v1::Job JobManager::ToProto(const JobRecord& r, bool with_plan) {
+  v1::Job j;
+  j.set_id(r.id);
+  j.set_name(r.spec.name());
+  j.set_tenant(r.tenant);
+  j.set_state(std::string(federation::JobStateName(r.state)));
+  j.set_attempt(r.attempt);
+  j.set_reason(r.reason);
+  *j.mutable_spec() = r.spec;
+  j.set_created_at_unix_ms(r.created_at_unix_ms);
+  j.set_updated_at_unix_ms(r.updated_at_unix_ms);
+  if (!r.run.empty()) j.mutable_run()->ParseFromString(r.run);
+  if (with_plan && r.state == JobState::kPending) {
+    auto plan = core_->Plan(r.spec);
+    if (plan.ok()) {
+      *j.mutable_placement() = *plan;
+      if (r.reason.empty()) {
+        j.set_reason(plan->placeable() ? StrCat("queued; placeable now (", plan->summary(), ")")
+                                       : StrCat("waiting for capacity: ", plan->summary()));
+      }
+    }
+  }
+  return j;
+}
+
+void JobManager::SubmitAsync(const Identity& caller, const v1::SubmitJobRequest& req,
+                             std::function<void(absl::StatusOr<v1::SubmitJobResponse>)> done) {
+  if (caller.role != Role::kUser) {
+    done(absl::PermissionDeniedError(
+        StrCat(caller.ToUri(), " cannot submit: jobs are submitted by tenants' users")));
+    return;
+  }
+  if (req.idempotency_key().size() > 200) {
+    done(absl::InvalidArgumentError("idempotency_key longer than 200 characters"));
+    return;
+  }
+  // Validate against the federation's models before anything is stored.
+  auto plan = core_->Plan(req.spec());
+  if (!plan.ok()) {
+    done(plan.status());
+    return;
+  }
+  JobRecord r;
+  r.id = NewJobId();
+  r.tenant = caller.tenant;
+  r.idempotency_key = req.idempotency_key();
+  r.spec = federation::WithDefaults(req.spec());
+  r.state = JobState::kPending;
+  r.reason = plan->summary();
+  r.created_at_unix_ms = r.updated_at_unix_ms = core_->clock()->NowMs();
+  auto reply = [this, done](absl::StatusOr<SubmitOutcome> out) {
+    if (!out.ok()) {
+      done(out.status());
+      return;
+    }
+    if (out->created) {
+      spdlog::debug("job {} of tenant {} queued ({} GPUs)", out->job.id, out->job.tenant,
+                    out->job.spec.gpus());
+    }
+    v1::SubmitJobResponse resp;
+    *resp.mutable_job() = ToProto(out->job, false);
+    resp.set_created(out->created);
+    done(std::move(resp));
+  };
+  if (store_ == nullptr) {
+    {
+      std::lock_guard lock(mem_mu_);
+      mem_[r.id] = r;
+    }
+    reply(SubmitOutcome{r, true});
+    return;
+  }
+  store_->SubmitAsync(std::move(r), std::move(reply));
+}
+
+absl::StatusOr<v1::SubmitJobResponse> JobManager::Submit(const Identity& caller,
+                                                         const v1::SubmitJobRequest& req) {
+  std::promise<absl::StatusOr<v1::SubmitJobResponse>> p;
+  auto fut = p.get_future();
+  SubmitAsync(caller, req, [&p](absl::StatusOr<v1::SubmitJobResponse> r) {
+    p.set_value(std::move(r));
+  });
+  return fut.get();
+}
+
+absl::StatusOr<JobRecord> JobManager::Load(const Identity& caller, const std::string& id) {
+  if (!federation::IsValidJobId(id)) {
+    return absl::InvalidArgumentError(
+        StrCat("malformed job id \"", id.substr(0, 40), "\" (want j- and 16 hex digits)"));
+  }
+  std::optional<JobRecord> r;
+  if (store_ == nullptr) {
+    std::lock_guard lock(mem_mu_);
+    auto it = mem_.find(id);
+    if (it != mem_.end()) r = it->second;
+  } else {
+    auto got = store_->Get(id);
+    if (!got.ok()) return got.status();
+    r = *got;
+  }
+  // Another tenant's job is reported as absent, not as forbidden.
+  if (!r || (caller.role == Role::kUser && r->tenant != caller.tenant)) {
+    return absl::NotFoundError(StrCat("no job \"", id, "\""));
+  }
+  return *r;
+}
+
+absl::StatusOr<v1::GetJobResponse> JobManager::Get(const Identity& caller,
+                                                   const v1::GetJobRequest& req) {
+  auto r = Load(caller, req.id());
+  if (!r.ok()) return r.status();
+  v1::GetJobResponse resp;
+  *resp.mutable_job() = ToProto(*r, true);
+  return resp;
+}
+
+absl::StatusOr<v1::ListJobsResponse> JobManager::List(const Identity& caller,
+                                                      const v1::ListJobsRequest& req) {
+  if (store_ == nullptr) return absl::UnimplementedError("no store in the benchmark baseline");
+  const int limit = req.page_size() == 0 ? 100 : static_cast<int>(std::min(req.page_size(), 1000u));
+  const std::string tenant = caller.role == Role::kUser ? caller.tenant : "";
+  auto rows = store_->List(tenant, req.state(), req.page_token(), limit + 1);
+  if (!rows.ok()) return rows.status();
+  v1::ListJobsResponse resp;
+  for (int i = 0; i < static_cast<int>(rows->size()) && i < limit; ++i) {
+    *resp.add_jobs() = ToProto((*rows)[i], false);
+  }
+  if (static_cast<int>(rows->size()) > limit) resp.set_next_page_token((*rows)[limit - 1].id);
+  return resp;
+}
+
+absl::StatusOr<v1::LogsResponse> JobManager::Logs(const Identity& caller,
+                                                  const v1::LogsRequest& req) {
+  auto r = Load(caller, req.id());
+  if (!r.ok()) return r.status();
+  std::promise<absl::StatusOr<v1::LogsResponse>> p;
+  auto f = p.get_future();
+  ReadLogAsync(*r, req, [&p](absl::StatusOr<v1::LogsResponse> out) { p.set_value(std::move(out)); });
+  return f.get();
+}
+
+absl::Status JobManager::OpenStream(const Identity& caller) {
+  const int cap = core_->config().api_max_streams_per_caller;
+  std::lock_guard lock(streams_mu_);
+  int& open = streams_[caller.ToUri()];
+  if (open >= cap) {
+    if (open == 0) streams_.erase(caller.ToUri());
+    return absl::ResourceExhaustedError(
+        StrCat(caller.ToUri(), " already has ", cap,
+               " Watch/Logs stream(s) open (api.max_streams_per_caller)"));
+  }
+  ++open;
+  return absl::OkStatus();
+}
+
+void JobManager::CloseStream(const Identity& caller) {
+  std::lock_guard lock(streams_mu_);
+  auto it = streams_.find(caller.ToUri());
+  if (it != streams_.end() && --it->second <= 0) streams_.erase(it);
+}
+
+void JobManager::ReadLogAsync(const JobRecord& job, const v1::LogsRequest& req,
+                              std::function<void(absl::StatusOr<v1::LogsResponse>)> done) {
+  if (coordinator_ == nullptr) {
+    done(absl::UnavailableError("no coordinator"));
+    return;
+  }
+  v1::ReadLogRequest ask;
+  ask.set_rank(req.rank());
+  ask.set_offset(req.offset());
+  const std::string state(federation::JobStateName(job.state));
+  coordinator_->ReadLogAsync(
+      job, ask, [state, done = std::move(done)](absl::StatusOr<v1::ReadLogResponse> log) {
+        if (!log.ok()) {
+          done(log.status());
+          return;
+        }
+        v1::LogsResponse resp;
+        resp.set_content(std::move(*log->mutable_content()));
+        resp.set_offset(log->offset());
+        resp.set_state(state);
+        done(std::move(resp));
+      });
+}
+
+absl::StatusOr<v1::CancelJobResponse> JobManager::Cancel(const Identity& caller,
+                                                         const v1::CancelJobRequest& req) {
+  const std::string reason = StrCat("cancelled by ", caller.ToUri());
+  // A compare-and-set: if the coordinator moved the job since it was read,
+  // read it again and cancel what it is now. Once this write lands, the
+  // coordinator's own writes of the job fail and it starts no rank.
+  for (int tries = 0;; ++tries) {
+    auto r = Load(caller, req.id());
+    if (!r.ok()) return r.status();
+    if (federation::IsTerminal(r->state)) {
+      return absl::FailedPreconditionError(
+          StrCat("job ", r->id, " already ended (", federation::JobStateName(r->state), ")"));
+    }
+    JobRecord next = *r;
+    next.state = JobState::kCancelled;
+    next.reason = reason;
+    next.updated_at_unix_ms = core_->clock()->NowMs();
+    if (store_ == nullptr) {
+      {
+        std::lock_guard lock(mem_mu_);
+        mem_[next.id] = next;
+      }
+      events_->Notify(next.id);
+    } else if (auto st = store_->Save(&next, federation::JobActor::kCaller); !st.ok()) {
+      if (absl::IsAborted(st) && tries < 50) continue;
+      return st;
+    }
+    // Stops every slice everywhere (their leases would stop them anyway).
+    if (coordinator_ != nullptr) coordinator_->StopRun(next, reason);
+    spdlog::info("job {} {}", next.id, reason);
+    v1::CancelJobResponse resp;
+    *resp.mutable_job() = ToProto(next, false);
+    return resp;
+  }
+}
+
+}  // namespace fedgate::gateway

@@ -1,0 +1,75 @@
+// The coordinator's job API: submit (durable, idempotent), get, list, cancel,
+// logs and the wake-ups of Watch/Logs streams (job_streams.h). Tenants come
+// from the caller's identity. Cancel is a
+// compare-and-set through the job state machine; the Coordinator reserves and
+// runs what is queued.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "fedgate/v1/jobs.pb.h"
+#include "gateway/security/identity.h"
+#include "gateway/jobs/job_events.h"
+#include "gateway/store/job_store.h"
+
+namespace fedgate::gateway {
+
+class Coordinator;
+class GatewayCore;
+
+class JobManager {
+ public:
+  // `store` may be null only for the no-store benchmark baseline
+  // (FEDGATE_BENCH_NO_STORE=1): jobs then live in memory and are lost.
+  JobManager(GatewayCore* core, JobStore* store);
+  ~JobManager();
+  // Set once the coordinator exists; cancel and logs go through it.
+  void SetCoordinator(Coordinator* c) { coordinator_ = c; }
+
+  absl::StatusOr<v1::SubmitJobResponse> Submit(const Identity& caller,
+                                               const v1::SubmitJobRequest& req);
+  // Non-blocking: `done` runs once the job is durable (on the store's writer
+  // thread) or refused (on the caller's thread).
+  void SubmitAsync(const Identity& caller, const v1::SubmitJobRequest& req,
+                   std::function<void(absl::StatusOr<v1::SubmitJobResponse>)> done);
+  absl::StatusOr<v1::GetJobResponse> Get(const Identity& caller, const v1::GetJobRequest& req);
+  absl::StatusOr<v1::ListJobsResponse> List(const Identity& caller,
+                                            const v1::ListJobsRequest& req);
+  absl::StatusOr<v1::CancelJobResponse> Cancel(const Identity& caller,
+                                               const v1::CancelJobRequest& req);
+  absl::StatusOr<v1::LogsResponse> Logs(const Identity& caller, const v1::LogsRequest& req);
+
+  // Reads a chunk of a rank's log at `req.offset()`; `done` runs exactly once,
+  // possibly on the caller's thread.
+  void ReadLogAsync(const JobRecord& job, const v1::LogsRequest& req,
+                    std::function<void(absl::StatusOr<v1::LogsResponse>)> done);
+
+  // The caller's job (NOT_FOUND for another tenant's), id validated.
+  absl::StatusOr<JobRecord> Load(const Identity& caller, const std::string& id);
+
+  // Counts an open Watch/Logs stream of the caller; RESOURCE_EXHAUSTED past
+  // api.max_streams_per_caller. Pair with CloseStream.
+  absl::Status OpenStream(const Identity& caller);
+  void CloseStream(const Identity& caller);
+  // Wakes the open streams: call Notify after every write of a job.
+  JobEvents* events() { return events_.get(); }
+
+ private:
+  v1::Job ToProto(const JobRecord& r, bool with_plan);
+
+  GatewayCore* core_;
+  JobStore* store_;
+  Coordinator* coordinator_ = nullptr;
+  std::unique_ptr<JobEvents> events_;
+  std::mutex streams_mu_;
+  std::map<std::string, int> streams_;  // open streams by caller identity
+  std::mutex mem_mu_;  // the no-store baseline only
+  std::map<std::string, JobRecord> mem_;
+};
+
+}  // namespace fedgate::gateway

@@ -1,0 +1,465 @@
+#include "gateway/jobs/participant.h"
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <set>
+#include <cstdio>
+#include <optional>
+#include <fstream>
+#include <sstream>
+
+#include "federation/clock.h"
+#include "federation/names.h"
+#include "federation/saturating.h"
+#include "base/str_cat.h"
+#include "gateway/jobs/crash_point.h"
+#include "gateway/store/store.h"
+
+namespace fedgate::gateway {
+namespace {
+
+std::map<std::string, uint32_t> NodeSizes(const Config& c) {
+  std::map<std::string, uint32_t> out;
+  for (const auto& n : c.nodes) out[n.name] = n.gpus;
+  return out;
+}
+
+// A port that is free on this host right now; rank 0 binds it itself.
+uint32_t PickFreePort() {
+  int fd = ::socket(AF_INET6, SOCK_STREAM, 0);
+  sockaddr_in6 a{};
+  a.sin6_family = AF_INET6;
+  a.sin6_addr = in6addr_any;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin6_port);
+}
+
+constexpr int64_t kKillGraceMs = 3000;
+// How long a finished slice's state stays answerable, and its job's epoch
+// and owner remembered.
+constexpr int64_t kFinishedSliceKeepMs = 10 * 60 * 1000;
+
+}  // namespace
+
+// The start time of a process (clock ticks since boot), to tell a rank from
+// an unrelated process that reused its pid.
+std::optional<uint64_t> ProcStartTime(pid_t pid) {
+  std::ifstream f(StrCat("/proc/", pid, "/stat"));
+  std::string stat;
+  if (!std::getline(f, stat)) return std::nullopt;
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream rest(stat.substr(close + 2));
+  std::string field;
+  for (int i = 3; i <= 22; ++i) {  // field 22 is starttime
+    if (!(rest >> field)) return std::nullopt;
+  }
+  return std::stoull(field);
+}
+
+Participant::Participant(const Config& config, const federation::Clock* clock, Store* store)
+    : config_(config), clock_(clock), store_(store), ledger_(NodeSizes(config)) {}
+
+void Participant::CleanUpAfterRestart() {
+  auto stored = store_ != nullptr ? store_->LoadSlices() : std::vector<StoredSlice>{};
+  if (!stored.ok()) return;
+  std::lock_guard lock(mu_);
+  for (const auto& ss : *stored) {
+    Slice s;
+    s.key.set_job_id(ss.job_id);
+    s.key.set_attempt(ss.attempt);
+    s.key.set_epoch(ss.epoch);
+    s.state = "failed";
+    s.message = "the gateway restarted while the slice ran; its ranks were stopped";
+    s.stopping = true;
+    std::istringstream in(ss.procs);
+    std::string entry;
+    int killed = 0;
+    while (std::getline(in, entry, ',')) {
+      uint32_t rank = 0;
+      long pid = 0;
+      unsigned long long start = 0;
+      if (std::sscanf(entry.c_str(), "%u:%ld:%llu", &rank, &pid, &start) != 3) continue;
+      auto now_start = ProcStartTime(static_cast<pid_t>(pid));
+      if (now_start && *now_start == start) {
+        ::kill(-static_cast<pid_t>(pid), SIGKILL);
+        ++killed;
+      }
+      RankProc p;
+      p.rank = rank;
+      p.exited = true;
+      p.code = 128 + SIGKILL;
+      s.ranks.push_back(p);
+    }
+    spdlog::warn("job {}: found {} rank(s) of a slice from before the restart; stopped {}",
+                 ss.job_id, s.ranks.size(), killed);
+    latest_attempt_[ss.job_id] = ss.attempt;
+    slices_[{ss.job_id, ss.epoch}] = std::move(s);
+    (void)store_->DeleteSlice(ss.job_id, ss.epoch);
+  }
+}
+
+Participant::~Participant() { Stop(); }
+
+void Participant::Start() {
+  CleanUpAfterRestart();
+  sweeper_ = std::thread([this] {
+    while (!stop_) {
+      Sweep();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+}
+
+void Participant::Stop() {
+  if (stop_.exchange(true)) return;
+  if (sweeper_.joinable()) sweeper_.join();
+  // Ranks are left running: they stop by themselves when their lease lapses
+  // only while a gateway sweeps, so stop them here instead.
+  std::lock_guard lock(mu_);
+  for (auto& [key, s] : slices_) {
+    if (s.state == "running") StopSliceLocked(&s, "gateway shutting down");
+  }
+  for (auto& [key, s] : slices_) {
+    for (auto& r : s.ranks) {
+      if (!r.exited) exec_.Signal(r.pid, SIGKILL);
+    }
+  }
+}
+
+std::string Participant::LogPath(const std::string& job, uint32_t attempt, uint32_t rank) const {
+  return StrCat(config_.data_dir, "/jobs/", job, "/attempt-", attempt, "/rank-", rank, ".log");
+}
+
+std::map<std::string, uint32_t> Participant::FreeGpus() {
+  std::lock_guard lock(mu_);
+  std::map<std::string, uint32_t> out;
+  for (const auto& n : config_.nodes) out[n.name] = ledger_.FreeGpus(n.name);
+  return out;
+}
+
+namespace {
+
+absl::Status CheckJobId(const std::string& id) {
+  if (federation::IsValidJobId(id)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      StrCat("malformed job id \"", id.substr(0, 40), "\" (want j- and 16 hex digits)"));
+}
+
+// Bounds on what a coordinator may ask of this site.
+constexpr int64_t kMinHoldTtlMs = 1000, kMaxHoldTtlMs = 10 * 60 * 1000;
+constexpr int64_t kMinLeaseMs = 1000, kMaxLeaseMs = 60 * 60 * 1000;
+constexpr uint32_t kMaxWorldSize = 1 << 20;
+constexpr size_t kMaxCommandBytes = 64 << 10, kMaxEnvBytes = 256 << 10;
+constexpr uint32_t kMaxLogChunk = 1 << 20;
+
+}  // namespace
+
+absl::StatusOr<v1::PrepareResponse> Participant::Prepare(const std::string& from,
+                                                         const v1::PrepareRequest& req) {
+  const auto& key = req.key();
+  if (auto st = CheckJobId(key.job_id()); !st.ok()) return st;
+  std::vector<federation::NodeRequest> want;
+  for (const auto& n : req.nodes()) want.push_back({n.node(), n.gpus()});
+  v1::PrepareResponse resp;
+  {
+    std::lock_guard lock(mu_);
+    std::vector<federation::ReservationLedger::HoldKey> stopped;
+    auto hold = ledger_.Prepare(
+        key.job_id(), key.attempt(), key.epoch(), {from, req.tenant()}, want, clock_->NowMs(),
+        federation::ClampMs(req.hold_ttl_ms(), kMinHoldTtlMs, kMaxHoldTtlMs), &stopped);
+    if (!hold.ok()) return hold.status();
+    // A newer epoch proves its coordinator moved on from older slices.
+    for (const auto& k : stopped) {
+      auto it = slices_.find(k);
+      if (it != slices_.end()) StopSliceLocked(&it->second, "replaced by a newer attempt");
+    }
+    for (const auto& g : hold->gpus) {
+      auto* h = resp.add_holds();
+      h->set_node(g.node);
+      for (uint32_t i : g.indices) h->add_indices(i);
+    }
+  }
+  if (req.pick_master_port()) resp.set_master_port(PickFreePort());
+  CrashPoint("participant-after-prepare");
+  spdlog::info("job {} attempt {} epoch {}: holding GPUs for {}", key.job_id(), key.attempt(),
+               key.epoch(), from);
+  if (on_change_) on_change_();
+  return resp;
+}
+
+absl::StatusOr<v1::CommitResponse> Participant::Commit(const std::string& from,
+                                                       const v1::CommitRequest& req) {
+  const auto& key = req.key();
+  if (auto st = CheckJobId(key.job_id()); !st.ok()) return st;
+  if (req.command().empty()) return absl::InvalidArgumentError("commit without a command");
+  size_t command_bytes = 0, env_bytes = 0;
+  for (const auto& a : req.command()) command_bytes += a.size();
+  for (const auto& [k, v] : req.env()) env_bytes += k.size() + v.size();
+  if (command_bytes > kMaxCommandBytes || env_bytes > kMaxEnvBytes) {
+    return absl::InvalidArgumentError("command or env too large");
+  }
+  if (req.world_size() == 0 || req.world_size() > kMaxWorldSize) {
+    return absl::InvalidArgumentError(StrCat("world_size ", req.world_size(), " out of range"));
+  }
+  if (req.master_port() == 0 || req.master_port() > 65535) {
+    return absl::InvalidArgumentError(StrCat("master_port ", req.master_port(), " out of range"));
+  }
+  std::lock_guard lock(mu_);
+  if (auto st = ledger_.CheckOwner(key.job_id(), from); !st.ok()) return st;
+  if (slices_.contains({key.job_id(), key.epoch()})) {
+    return v1::CommitResponse();  // a duplicate commit: already running
+  }
+  const federation::Hold* held = ledger_.Find(key.job_id(), key.epoch());
+  if (held == nullptr || held->attempt != key.attempt()) {
+    return absl::NotFoundError(
+        StrCat("no live hold of job ", key.job_id(), " at epoch ", key.epoch()));
+  }
+  // The GPUs come from the hold: each node's ranks take its held indices in
+  // order, and there must be exactly as many ranks as held GPUs.
+  std::map<std::string, std::vector<uint32_t>> gpus;
+  for (const auto& g : held->gpus) gpus[g.node] = g.indices;
+  std::map<std::string, size_t> used;
+  std::set<uint32_t> ranks;
+  std::vector<uint32_t> gpu_of(req.ranks_size());
+  for (int i = 0; i < req.ranks_size(); ++i) {
+    const auto& r = req.ranks(i);
+    auto it = gpus.find(r.node());
+    if (it == gpus.end() || used[r.node()] >= it->second.size()) {
+      return absl::InvalidArgumentError(
+          StrCat("rank ", r.rank(), " on node \"", r.node().substr(0, 64),
+                 "\" has no held GPU there"));
+    }
+    if (r.rank() >= req.world_size() || !ranks.insert(r.rank()).second ||
+        r.local_rank() >= r.local_world_size() || r.local_world_size() > req.world_size()) {
+      return absl::InvalidArgumentError(StrCat("rank ", r.rank(), " is out of range or repeated"));
+    }
+    gpu_of[i] = it->second[used[r.node()]++];
+  }
+  for (const auto& [node, idx] : gpus) {
+    if (used[node] != idx.size()) {
+      return absl::InvalidArgumentError(StrCat(used[node], " rank(s) for the ", idx.size(),
+                                               " GPU(s) held on node ", node));
+    }
+  }
+  auto hold = ledger_.Commit(key.job_id(), key.attempt(), key.epoch(), from, clock_->NowMs());
+  if (!hold.ok()) return hold.status();
+  std::map<std::string, std::string> node_addr;
+  for (const auto& n : config_.nodes) node_addr[n.name] = n.address;
+  Slice s;
+  s.key = key;
+  s.lease_ms = federation::ClampMs(req.lease_ms(), kMinLeaseMs, kMaxLeaseMs);
+  s.lease_deadline_ms = federation::SatAdd(clock_->NowMs(), s.lease_ms);
+  std::vector<std::pair<std::string, std::string>> base;
+  for (const auto& [k, v] : req.env()) base.emplace_back(k, v);
+  for (int i = 0; i < req.ranks_size(); ++i) {
+    const auto& r = req.ranks(i);
+    auto env = base;
+    env.emplace_back("MASTER_ADDR", req.master_addr());
+    env.emplace_back("MASTER_PORT", std::to_string(req.master_port()));
+    env.emplace_back("WORLD_SIZE", std::to_string(req.world_size()));
+    env.emplace_back("RANK", std::to_string(r.rank()));
+    env.emplace_back("LOCAL_RANK", std::to_string(r.local_rank()));
+    env.emplace_back("LOCAL_WORLD_SIZE", std::to_string(r.local_world_size()));
+    env.emplace_back("GROUP_RANK", std::to_string(r.group_rank()));
+    env.emplace_back("CUDA_VISIBLE_DEVICES", std::to_string(gpu_of[i]));
+    env.emplace_back("FEDGATE_JOB_ID", key.job_id());
+    env.emplace_back("FEDGATE_SITE", config_.site);
+    env.emplace_back("FEDGATE_ATTEMPT", std::to_string(key.attempt()));
+    env.emplace_back("FEDGATE_NODE_ADDR", node_addr[r.node()]);
+    RankProcessSpec spec{{req.command().begin(), req.command().end()}, MergeEnv(env),
+                         LogPath(key.job_id(), key.attempt(), r.rank())};
+    auto pid = exec_.Launch(spec);
+    RankProc p;
+    p.rank = r.rank();
+    if (!pid.ok()) {
+      p.exited = true;
+      p.code = 127;
+      std::ofstream(spec.log_path, std::ios::app) << "fedgate: " << pid.status().message() << "\n";
+    } else {
+      p.pid = *pid;
+    }
+    s.ranks.push_back(p);
+  }
+  spdlog::info("job {} attempt {}: started {} rank(s) here", key.job_id(), key.attempt(),
+               s.ranks.size());
+  if (store_ != nullptr) {
+    std::string procs;
+    for (const auto& p : s.ranks) {
+      if (p.pid <= 0) continue;
+      procs += StrCat(procs.empty() ? "" : ",", p.rank, ":", p.pid, ":",
+                      ProcStartTime(p.pid).value_or(0));
+    }
+    if (auto st = store_->PutSlice({key.job_id(), key.attempt(), key.epoch(), procs}); !st.ok()) {
+      spdlog::error("cannot record the ranks of job {}: {}", key.job_id(),
+                    std::string(st.message()));
+    }
+  }
+  latest_attempt_[key.job_id()] = key.attempt();
+  slices_[{key.job_id(), key.epoch()}] = std::move(s);
+  CrashPoint("participant-after-commit");
+  return v1::CommitResponse();
+}
+
+void Participant::StopSliceLocked(Slice* s, const std::string& why) {
+  if (s->stopping) return;
+  s->stopping = true;
+  s->message = why;
+  if (s->state == "running") s->state = "failed";
+  ledger_.MarkStopping(s->key.job_id(), s->key.epoch());
+  for (auto& r : s->ranks) {
+    if (!r.exited) exec_.Signal(r.pid, SIGTERM);
+  }
+  s->kill_at_ms = federation::SatAdd(clock_->NowMs(), kKillGraceMs);
+  spdlog::info("job {}: stopping its ranks here: {}", s->key.job_id(), why);
+}
+
+absl::StatusOr<v1::AbortResponse> Participant::Abort(const std::string& from,
+                                                     const v1::AbortRequest& req) {
+  const auto& key = req.key();
+  if (auto st = CheckJobId(key.job_id()); !st.ok()) return st;
+  {
+    std::lock_guard lock(mu_);
+    auto stopping = ledger_.Abort(key.job_id(), key.attempt(), key.epoch(), from);
+    if (!stopping.ok()) return stopping.status();
+    for (const auto& k : *stopping) {
+      auto it = slices_.find(k);
+      if (it != slices_.end()) {
+        StopSliceLocked(&it->second, StrCat("aborted: ", req.reason().substr(0, 512)));
+      }
+    }
+  }
+  if (on_change_) on_change_();
+  return v1::AbortResponse();
+}
+
+absl::StatusOr<v1::SliceStatusResponse> Participant::Status(const std::string& from,
+                                                            const v1::SliceStatusRequest& req) {
+  if (auto st = CheckJobId(req.key().job_id()); !st.ok()) return st;
+  v1::SliceStatusResponse resp;
+  std::lock_guard lock(mu_);
+  if (auto st = ledger_.CheckOwner(req.key().job_id(), from); !st.ok()) return st;
+  auto it = slices_.find({req.key().job_id(), req.key().epoch()});
+  if (it == slices_.end()) {
+    resp.set_state(ledger_.Find(req.key().job_id(), req.key().epoch()) != nullptr ? "held"
+                                                                                 : "unknown");
+    return resp;
+  }
+  Slice& s = it->second;
+  if (s.state == "running" && !s.stopping) {
+    s.lease_ms = federation::ClampMs(req.lease_ms(), kMinLeaseMs, kMaxLeaseMs);
+    s.lease_deadline_ms = federation::SatAdd(clock_->NowMs(), s.lease_ms);
+  }
+  resp.set_state(s.state);
+  resp.set_message(s.message);
+  for (const auto& r : s.ranks) {
+    if (r.exited) (*resp.mutable_exit_codes())[r.rank] = r.code;
+  }
+  return resp;
+}
+
+absl::StatusOr<v1::ReadLogResponse> Participant::ReadLog(const std::string& from,
+                                                         const v1::ReadLogRequest& req) {
+  if (auto st = CheckJobId(req.job_id()); !st.ok()) return st;
+  uint32_t attempt = req.attempt();
+  {
+    std::lock_guard lock(mu_);
+    if (auto st = ledger_.CheckOwner(req.job_id(), from); !st.ok()) return st;
+    auto it = latest_attempt_.find(req.job_id());
+    if (it == latest_attempt_.end()) {
+      return absl::NotFoundError(StrCat("no ranks of job ", req.job_id(), " ran at this site"));
+    }
+    if (attempt == 0) attempt = it->second;
+  }
+  const std::string path = LogPath(req.job_id(), attempt, req.rank());
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(StrCat("rank ", req.rank(), " of job ", req.job_id(),
+                                      " attempt ", attempt, " is not here"));
+  }
+  struct stat st{};
+  ::fstat(fd, &st);
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  const uint32_t max = req.max_bytes() == 0 ? kMaxLogChunk : std::min(req.max_bytes(), kMaxLogChunk);
+  const uint64_t offset = std::min<uint64_t>(req.offset(), size);
+  std::string buf(std::min<uint64_t>(max, size - offset), '\0');
+  ssize_t got = buf.empty() ? 0 : ::pread(fd, buf.data(), buf.size(), static_cast<off_t>(offset));
+  ::close(fd);
+  if (got < 0) return absl::InternalError(StrCat("reading ", path, ": ", std::strerror(errno)));
+  buf.resize(static_cast<size_t>(got));
+  v1::ReadLogResponse resp;
+  resp.set_content(std::move(buf));
+  resp.set_offset(offset);
+  resp.set_size_bytes(size);
+  return resp;
+}
+
+void Participant::Sweep() {
+  bool changed = false;
+  {
+    std::lock_guard lock(mu_);
+    const int64_t now = clock_->NowMs();
+    if (!ledger_.ExpireHolds(now).empty()) changed = true;
+    for (auto it = slices_.begin(); it != slices_.end();) {
+      Slice& s = it->second;
+      const std::string& job = s.key.job_id();
+      bool all_exited = true, any_failed = false;
+      for (auto& r : s.ranks) {
+        if (!r.exited) {
+          if (auto code = exec_.Poll(r.pid)) {
+            r.exited = true;
+            r.code = *code;
+            spdlog::info("job {} rank {} exited with {}", job, r.rank, r.code);
+          }
+        }
+        all_exited = all_exited && r.exited;
+        any_failed = any_failed || (r.exited && r.code != 0);
+      }
+      if (s.state == "running" && any_failed && !s.stopping) {
+        StopSliceLocked(&s, "a rank failed");
+      }
+      if (s.state == "running" && !s.stopping && now > s.lease_deadline_ms) {
+        // The coordinator went silent past the lease: stop and free the GPUs.
+        StopSliceLocked(&s, "lease expired: the coordinator stopped renewing it");
+      }
+      if (s.stopping && !all_exited && now > s.kill_at_ms) {
+        for (auto& r : s.ranks) {
+          if (!r.exited) exec_.Signal(r.pid, SIGKILL);
+        }
+      }
+      if (all_exited && s.state == "running" && !s.stopping) {
+        s.state = any_failed ? "failed" : "succeeded";
+      }
+      // The GPUs are free only once every rank of the slice has exited.
+      if (all_exited && !s.released) {
+        ledger_.Release(job, s.key.epoch());
+        if (store_ != nullptr) (void)store_->DeleteSlice(job, s.key.epoch());
+        s.released = true;
+        s.ended_at_ms = now;
+        changed = true;
+      }
+      // A finished slice is kept while its coordinator may still ask.
+      if (s.released && now - s.ended_at_ms > kFinishedSliceKeepMs) {
+        it = slices_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    ledger_.Prune(federation::SatSub(now, kFinishedSliceKeepMs));
+    ledger_.CheckInvariants();
+  }
+  if (changed && on_change_) on_change_();
+}
+
+}  // namespace fedgate::gateway

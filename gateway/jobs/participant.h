@@ -1,0 +1,102 @@
+// The participant side of running jobs at one site: the GPU ledger (two-phase
+// holds), the slices of ranks it runs, their leases, and their logs.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "federation/reservation.h"
+#include "fedgate/v1/federation.pb.h"
+#include "gateway/app/config.h"
+#include "gateway/exec/process_executor.h"
+
+namespace fedgate::federation {
+class Clock;
+}
+
+namespace fedgate::gateway {
+
+class Store;
+
+class Participant {
+ public:
+  // `store` remembers the rank processes of running slices, so that after a
+  // crash the restarted gateway stops them (and reports their slices failed)
+  // instead of leaving them running untracked.
+  Participant(const Config& config, const federation::Clock* clock, Store* store);
+  ~Participant();
+  void Start();
+  void Stop();
+  // Called (without locks) whenever free GPUs change, to re-advertise.
+  void SetOnCapacityChange(std::function<void()> fn) { on_change_ = std::move(fn); }
+
+  // Each call names the coordinator site it comes from (authenticated by the
+  // caller's certificate, or this site for local calls). A job belongs to
+  // the coordinator that first reached this site for it: any other site gets
+  // PERMISSION_DENIED on every call. Every field is validated before use.
+  absl::StatusOr<v1::PrepareResponse> Prepare(const std::string& from,
+                                              const v1::PrepareRequest& req);
+  // Starts the ranks on the GPUs of the hold (never the indices a request
+  // names): the request's ranks must match the hold node by node.
+  absl::StatusOr<v1::CommitResponse> Commit(const std::string& from, const v1::CommitRequest& req);
+  absl::StatusOr<v1::AbortResponse> Abort(const std::string& from, const v1::AbortRequest& req);
+  absl::StatusOr<v1::SliceStatusResponse> Status(const std::string& from,
+                                                 const v1::SliceStatusRequest& req);
+  // Reads the rank's log by offset with pread: at most 1 MiB per call.
+  absl::StatusOr<v1::ReadLogResponse> ReadLog(const std::string& from,
+                                              const v1::ReadLogRequest& req);
+
+  // Reaps exited ranks, stops slices whose lease lapsed, kills ranks past
+  // their grace, frees the GPUs of slices whose every rank exited. The
+  // sweeper thread runs it; tests call it with a FakeClock.
+  void Sweep();
+
+  // Free GPUs per node right now (total minus held and running).
+  std::map<std::string, uint32_t> FreeGpus();
+
+ private:
+  struct RankProc {
+    uint32_t rank = 0;
+    pid_t pid = -1;
+    bool exited = false;
+    int code = 0;
+  };
+  struct Slice {
+    v1::ReservationKey key;
+    std::vector<RankProc> ranks;
+    int64_t lease_deadline_ms = 0;
+    int64_t lease_ms = 0;
+    std::string state = "running";  // running, succeeded, failed
+    std::string message;
+    bool stopping = false;
+    int64_t kill_at_ms = 0;
+    bool released = false;    // every rank exited and the hold's GPUs are free
+    int64_t ended_at_ms = 0;  // when released; finished slices are pruned later
+  };
+  using SliceKey = std::pair<std::string, uint64_t>;  // job id, epoch
+  void CleanUpAfterRestart();
+  void StopSliceLocked(Slice* s, const std::string& why);
+  std::string LogPath(const std::string& job, uint32_t attempt, uint32_t rank) const;
+
+  Config config_;
+  const federation::Clock* clock_;
+  Store* store_;
+  ProcessExecutor exec_;
+  std::mutex mu_;
+  federation::ReservationLedger ledger_;
+  std::map<SliceKey, Slice> slices_;
+  std::map<std::string, uint32_t> latest_attempt_;    // by job id, for logs
+  std::function<void()> on_change_;
+  std::atomic<bool> stop_{false};
+  std::thread sweeper_;
+};
+
+}  // namespace fedgate::gateway

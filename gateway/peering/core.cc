@@ -1,0 +1,416 @@
+#include "gateway/peering/core.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cmath>
+#include <set>
+
+#include "base/str_cat.h"
+#include "federation/capacity_view.h"
+#include "federation/job_spec.h"
+#include "federation/placement.h"
+#include "gateway/ops/metrics.h"
+#include "gateway/store/store.h"
+
+namespace fedgate::gateway {
+
+namespace {
+constexpr const char* kSeqKey = "ad_seq";
+
+int64_t DownAfterMs(const Config& c) {
+  return federation::kMissedIntervalsForDown * c.advertise_interval_ms;
+}
+}  // namespace
+
+GatewayCore::GatewayCore(const Config& config, const federation::Clock* clock, Store* store,
+                         std::unique_ptr<federation::InventorySource> inventory, Metrics* metrics)
+    : config_(config),
+      clock_(clock),
+      store_(store),
+      inventory_(std::move(inventory)),
+      metrics_(metrics),
+      ads_(config.site, clock),
+      peers_(config.site, clock, DownAfterMs(config)) {
+  metrics_->Describe("fedgate_ads_received_total", "counter",
+                     "Capacity ads received from peers, by result (accepted or why rejected).");
+  metrics_->Describe("fedgate_ads_expired_total", "counter", "Ads dropped past their TTL.");
+  metrics_->Describe("fedgate_ads_issued_total", "counter", "Ads this site issued.");
+  metrics_->Describe("fedgate_peers_up", "gauge", "Approved peers heard within the window.");
+  metrics_->Describe("fedgate_peers_approved", "gauge", "Approved peers.");
+  metrics_->Describe("fedgate_ad_oldest_age_seconds", "gauge",
+                     "Age of the oldest unexpired ad from another site.");
+  metrics_->Describe("fedgate_sites_known", "gauge", "Sites with an unexpired ad, this one too.");
+  metrics_->Describe("fedgate_peer_rpc_handled_total", "counter",
+                     "Peer RPCs that passed authorization and reached their handler.");
+  metrics_->Describe("fedgate_admin_rpc_handled_total", "counter",
+                     "Admin RPCs that passed authorization and reached their handler.");
+  metrics_->Describe("fedgate_job_rpc_handled_total", "counter",
+                     "Job RPCs that passed authorization and reached their handler.");
+  metrics_->Describe("fedgate_authz_refusals_total", "counter",
+                     "Calls refused by per-call authorization.");
+  metrics_->Describe("fedgate_peer_push_errors_total", "counter",
+                     "Failed handshakes or pushes to a peer.");
+  metrics_->Describe("fedgate_link_gbps", "gauge", "Measured payload Gbit/s per link.");
+  metrics_->Describe("fedgate_link_age_seconds", "gauge", "Age of each link's measurement.");
+  metrics_->Describe("fedgate_probes_total", "counter", "Link probes run, by result.");
+  metrics_->OnScrape([this](Metrics&) {
+    std::lock_guard lock(mu_);
+    UpdateGaugesLocked();
+  });
+}
+
+absl::Status GatewayCore::Init() {
+  std::lock_guard lock(mu_);
+  for (const auto& p : config_.peers) {
+    if (auto st = peers_.Add(p.site, p.endpoint, "config"); !st.ok()) return st;
+  }
+  auto stored = store_->LoadPeers();
+  if (!stored.ok()) return stored.status();
+  for (const auto& p : *stored) {
+    if (peers_.IsApproved(p.site)) continue;  // the config wins
+    if (auto st = peers_.Add(p.site, p.endpoint, "admin"); !st.ok()) {
+      spdlog::warn("store: ignoring stored peer {}: {}", p.site, std::string(st.message()));
+    }
+  }
+  auto seq = store_->GetKv(kSeqKey);
+  if (!seq.ok()) return seq.status();
+  if (seq->has_value()) seq_ = std::stoull(**seq);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::HandshakeResponse> GatewayCore::Handshake(const Identity& caller,
+                                                             const v1::HandshakeRequest& req) {
+  if (req.site() != caller.site) {
+    return absl::InvalidArgumentError(fedgate::StrCat("handshake names site \"", req.site(),
+                                                   "\" but the certificate is of \"",
+                                                   caller.site, "\""));
+  }
+  {
+    std::lock_guard lock(mu_);
+    peers_.Heard(caller.site);
+  }
+  spdlog::info("peer {} handshake (version {})", caller.site, req.version());
+  v1::HandshakeResponse resp;
+  resp.set_site(config_.site);
+  resp.set_version(kVersion);
+  resp.add_capabilities("ads.v1");
+  return resp;
+}
+
+absl::StatusOr<v1::AdvertiseResponse> GatewayCore::Advertise(const Identity& caller,
+                                                             const v1::AdvertiseRequest& req) {
+  if (req.site() != caller.site) {
+    return absl::InvalidArgumentError(fedgate::StrCat("advertise names site \"", req.site(),
+                                                   "\" but the certificate is of \"",
+                                                   caller.site, "\""));
+  }
+  v1::AdvertiseResponse resp;
+  bool changed = false;
+  {
+    std::lock_guard lock(mu_);
+    peers_.Heard(caller.site);
+    for (const auto& ad : req.ads()) {
+      auto verdict = ads_.Offer(ad, caller.site);
+      metrics_->Inc("fedgate_ads_received_total",
+                    {{"result", std::string(federation::AdVerdictName(verdict))}});
+      if (verdict == federation::AdVerdict::kAccepted) {
+        resp.set_accepted(resp.accepted() + 1);
+        changed = true;
+      } else {
+        resp.set_rejected(resp.rejected() + 1);
+      }
+    }
+  }
+  if (changed) cv_.notify_all();
+  return resp;
+}
+
+std::set<std::string> GatewayCore::DownPeers() {
+  std::lock_guard lock(mu_);
+  std::set<std::string> out;
+  for (const auto& p : peers_.List()) {
+    if (peers_.StateOf(p.site) == federation::PeerState::kDown) out.insert(p.site);
+  }
+  return out;
+}
+
+v1::ListPeersResponse GatewayCore::ListPeers() {
+  std::lock_guard lock(mu_);
+  v1::ListPeersResponse resp;
+  const int64_t now = clock_->NowMs();
+  for (const auto& p : peers_.List()) {
+    auto* out = resp.add_peers();
+    out->set_site(p.site);
+    out->set_endpoint(p.endpoint);
+    out->set_state(std::string(federation::PeerStateName(peers_.StateOf(p.site))));
+    out->set_last_heard_seconds(p.last_heard_ms < 0 ? -1 : (now - p.last_heard_ms) / 1000.0);
+    out->set_rtt_ms(p.rtt_ms);
+    out->set_source(p.source);
+    out->set_last_error(p.last_error);
+  }
+  return resp;
+}
+
+absl::StatusOr<v1::Peer> GatewayCore::AddPeer(const std::string& site,
+                                              const std::string& endpoint) {
+  {
+    std::lock_guard lock(mu_);
+    // Validate first so a refused request changes nothing.
+    if (auto st = peers_.Validate(site, endpoint); !st.ok()) return st;
+    for (const auto& p : peers_.List()) {
+      if (p.site == site && p.source == "config") {
+        return absl::FailedPreconditionError(
+            fedgate::StrCat("peer \"", site, "\" is declared in the config file; change it there"));
+      }
+    }
+    StoredPeer sp{site, endpoint, clock_->NowMs()};
+    if (auto st = store_->UpsertPeer(sp); !st.ok()) return st;
+    if (auto st = peers_.Add(site, endpoint, "admin"); !st.ok()) return st;
+  }
+  spdlog::info("admin: approved peer {} at {}", site, endpoint);
+  if (peers_changed_) peers_changed_();
+  const auto listed = ListPeers();
+  for (const auto& p : listed.peers()) {
+    if (p.site() == site) return p;
+  }
+  return absl::InternalError("peer vanished after add");
+}
+
+absl::Status GatewayCore::RemovePeer(const std::string& site) {
+  {
+    std::lock_guard lock(mu_);
+    bool known = false;
+    for (const auto& p : peers_.List()) {
+      if (p.site != site) continue;
+      known = true;
+      if (p.source == "config") {
+        return absl::FailedPreconditionError(fedgate::StrCat(
+            "peer \"", site, "\" is declared in the config file; remove it there and restart"));
+      }
+    }
+    if (!known) return absl::NotFoundError(fedgate::StrCat("no approved peer \"", site, "\""));
+    if (auto st = store_->DeletePeer(site); !st.ok() && !absl::IsNotFound(st)) return st;
+    if (auto st = peers_.Remove(site); !st.ok()) return st;
+    own_links_.erase(site);
+    metrics_->Remove("fedgate_peer_push_errors_total", {{"peer", site}});
+    UpdateGaugesLocked();
+  }
+  spdlog::info("admin: removed peer {}", site);
+  if (peers_changed_) peers_changed_();
+  return absl::OkStatus();
+}
+
+v1::GetCapacityResponse GatewayCore::Capacity() {
+  std::lock_guard lock(mu_);
+  return federation::BuildCapacityView(config_.site, inventory_->Nodes(), ads_.Fresh(),
+                                       clock_->NowMs(), LocalFree());
+}
+
+absl::Status GatewayCore::Tick() {
+  absl::Status persisted;
+  {
+    std::lock_guard lock(mu_);
+    const uint64_t next = seq_ + 1;
+    // Persist before publishing: a restarted gateway must never reuse a seq.
+    persisted = store_->PutKv(kSeqKey, std::to_string(next));
+    if (persisted.ok()) {
+      seq_ = next;
+      auto ad = federation::MakeOwnAd(config_.site, inventory_->Nodes(), seq_, clock_->NowMs(),
+                                      config_.advertise_ttl_ms, config_.advertise_interval_ms,
+                                      LocalFree());
+      for (const auto& [to, link] : own_links_) *ad.add_links() = link;
+      ads_.Publish(ad);
+      metrics_->Inc("fedgate_ads_issued_total");
+    }
+    int expired = ads_.ExpireNow();
+    if (expired > 0) metrics_->Inc("fedgate_ads_expired_total", {}, expired);
+    UpdateGaugesLocked();
+  }
+  cv_.notify_all();
+  return persisted;
+}
+
+void GatewayCore::Withdraw() {
+  {
+    std::lock_guard lock(mu_);
+    const uint64_t next = seq_ + 1;
+    if (!store_->PutKv(kSeqKey, std::to_string(next)).ok()) return;
+    seq_ = next;
+    auto ad = federation::MakeOwnAd(config_.site, {}, seq_, clock_->NowMs(),
+                                    config_.advertise_ttl_ms, config_.advertise_interval_ms);
+    ad.set_withdrawn(true);
+    ads_.Publish(ad);
+  }
+  cv_.notify_all();
+}
+
+void GatewayCore::RecordLink(const v1::Link& link) {
+  {
+    std::lock_guard lock(mu_);
+    own_links_[link.to()] = link;
+  }
+  // A new measurement travels in the next ad: issue it now.
+  (void)Tick();
+}
+
+federation::LinkMatrix GatewayCore::LinksLocked() {
+  federation::LinkMatrix m(config_.bench_link_max_age_ms);
+  for (const auto& [to, link] : own_links_) m.Merge(link);
+  for (const auto& stored : ads_.Fresh()) {
+    if (stored.ad.origin() == config_.site || stored.ad.withdrawn()) continue;
+    m.MergeAll(stored.ad.links());
+  }
+  return m;
+}
+
+v1::ListLinksResponse GatewayCore::ListLinks() {
+  std::lock_guard lock(mu_);
+  const int64_t now = clock_->NowMs();
+  v1::ListLinksResponse resp;
+  for (const auto& l : LinksLocked().All(now)) {
+    auto* v = resp.add_links();
+    v->set_from(l.from());
+    v->set_to(l.to());
+    v->set_gbps(l.gbps());
+    v->set_latency_ms(l.latency_ms());
+    v->set_method(l.method());
+    v->set_streams(l.streams());
+    v->set_age_seconds(std::max<double>(0, (now - l.measured_at_unix_ms()) / 1000.0));
+  }
+  return resp;
+}
+
+absl::StatusOr<v1::PlanResponse> GatewayCore::Plan(const v1::JobSpec& raw) {
+  std::lock_guard lock(mu_);
+  const int64_t now = clock_->NowMs();
+  const auto ads = ads_.Fresh();
+  const auto offers =
+      federation::BuildOffers(config_.site, inventory_->Nodes(), ads, now, LocalFree());
+  std::set<std::string> models;
+  for (const auto& o : offers) {
+    for (const auto& n : o.nodes) models.insert(n.gpu_model);
+  }
+  if (auto st = federation::ValidateJobSpec(raw, models); !st.ok()) return st;
+  const v1::JobSpec spec = federation::WithDefaults(raw);
+  const federation::LinkMatrix links = LinksLocked();
+  auto result = federation::Place(
+      federation::ToJobRequest(spec), offers,
+      [&](const std::string& a, const std::string& b) { return links.PairGbps(a, b, now); });
+  v1::PlanResponse resp;
+  resp.set_summary(result.summary);
+  if (result.placement) {
+    const auto& p = *result.placement;
+    resp.set_placeable(true);
+    for (const auto& s : p.sites) resp.add_sites(s);
+    for (const auto& s : p.slices) {
+      auto* out = resp.add_slices();
+      out->set_site(s.site);
+      out->set_node(s.node);
+      out->set_gpus(s.gpus);
+      out->set_first_rank(s.first_rank);
+    }
+    resp.set_bottleneck_gbps(std::isfinite(p.bottleneck_gbps) ? p.bottleneck_gbps : 0);
+    resp.set_leftover_gpus(p.leftover_gpus);
+  }
+  for (const auto& e : result.explanation) {
+    auto* d = resp.add_explanation();
+    d->set_site(e.site);
+    d->set_used(e.used);
+    d->set_reason(e.reason);
+  }
+  return resp;
+}
+
+std::string GatewayCore::NodeAddress(const std::string& site, const std::string& node) {
+  std::lock_guard lock(mu_);
+  if (site == config_.site) {
+    for (const auto& n : inventory_->Nodes()) {
+      if (n.name == node) return n.address;
+    }
+    return "";
+  }
+  auto ad = ads_.Get(site);
+  if (!ad) return "";
+  for (const auto& n : ad->ad.nodes()) {
+    if (n.name() == node) return n.address();
+  }
+  return "";
+}
+
+bool GatewayCore::IsApprovedPeer(std::string_view site) {
+  std::lock_guard lock(mu_);
+  return peers_.IsApproved(site);
+}
+
+std::vector<federation::PeerInfo> GatewayCore::Peers() {
+  std::lock_guard lock(mu_);
+  return peers_.List();
+}
+
+std::vector<v1::CapacityAd> GatewayCore::Pending(const std::string& peer,
+                                                 const std::map<std::string, uint64_t>& sent) {
+  std::lock_guard lock(mu_);
+  return ads_.Pending(peer, sent);
+}
+
+void GatewayCore::RecordPush(const std::string& peer, double rtt_ms) {
+  std::lock_guard lock(mu_);
+  peers_.RecordPush(peer, rtt_ms);
+}
+
+void GatewayCore::RecordError(const std::string& peer, const std::string& error) {
+  metrics_->Inc("fedgate_peer_push_errors_total", {{"peer", peer}});
+  std::lock_guard lock(mu_);
+  peers_.RecordError(peer, error);
+}
+
+uint64_t GatewayCore::WaitForChange(uint64_t seen, int64_t deadline_ms,
+                                    const std::function<bool()>& wake) {
+  std::unique_lock lock(mu_);
+  while (ads_.version() == seen && !wake()) {
+    const int64_t left = deadline_ms - clock_->NowMs();
+    if (left <= 0) break;
+    cv_.wait_for(lock, std::chrono::milliseconds(left));
+  }
+  return ads_.version();
+}
+
+void GatewayCore::WaitUntil(int64_t deadline_ms, const std::function<bool()>& wake) {
+  std::unique_lock lock(mu_);
+  while (!wake()) {
+    const int64_t left = deadline_ms - clock_->NowMs();
+    if (left <= 0) break;
+    cv_.wait_for(lock, std::chrono::milliseconds(left));
+  }
+}
+
+void GatewayCore::NotifyAll() {
+  { std::lock_guard lock(mu_); }
+  cv_.notify_all();
+}
+
+void GatewayCore::UpdateGaugesLocked() {
+  metrics_->Set("fedgate_peers_up", {}, peers_.CountUp());
+  metrics_->Set("fedgate_peers_approved", {}, static_cast<double>(peers_.List().size()));
+  metrics_->Set("fedgate_ad_oldest_age_seconds", {}, ads_.OldestAgeSeconds());
+  int known = 0;
+  for (const auto& a : ads_.Fresh()) known += a.ad.withdrawn() ? 0 : 1;
+  metrics_->Set("fedgate_sites_known", {}, known);
+  // Whole families: a removed peer's or an expired link's series disappear.
+  std::vector<std::pair<Labels, double>> up, gbps, age;
+  for (const auto& p : peers_.List()) {
+    up.push_back({{{"peer", p.site}}, peers_.StateOf(p.site) == federation::PeerState::kUp ? 1.0 : 0.0});
+  }
+  const int64_t now = clock_->NowMs();
+  for (const auto& l : LinksLocked().All(now)) {
+    const Labels labels = {{"from", l.from()}, {"to", l.to()}};
+    gbps.push_back({labels, l.gbps()});
+    age.push_back({labels, (now - l.measured_at_unix_ms()) / 1000.0});
+  }
+  metrics_->SetFamily("fedgate_peer_up", up);
+  metrics_->SetFamily("fedgate_link_gbps", gbps);
+  metrics_->SetFamily("fedgate_link_age_seconds", age);
+}
+
+}  // namespace fedgate::gateway

@@ -1,0 +1,115 @@
+// The gateway's domain manager: federation state (ads, peers, inventory)
+// behind one lock, callable directly from the thin gRPC handlers and tests.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <set>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "federation/ad_store.h"
+#include "federation/clock.h"
+#include "federation/inventory.h"
+#include "federation/link_matrix.h"
+#include "federation/peer_registry.h"
+#include "fedgate/v1/admin.pb.h"
+#include "fedgate/v1/federation.pb.h"
+#include "fedgate/v1/jobs.pb.h"
+#include "gateway/app/config.h"
+#include "gateway/security/identity.h"
+
+namespace fedgate::gateway {
+
+class Metrics;
+class Store;
+
+inline constexpr const char* kVersion = "0.1.0";
+
+class GatewayCore {
+ public:
+  GatewayCore(const Config& config, const federation::Clock* clock, Store* store,
+              std::unique_ptr<federation::InventorySource> inventory, Metrics* metrics);
+
+  // Loads approved peers (config, then store) and the last ad seq.
+  absl::Status Init();
+
+  // Peer RPCs; `caller` is already authorized as an approved peer gateway.
+  absl::StatusOr<v1::HandshakeResponse> Handshake(const Identity& caller,
+                                                  const v1::HandshakeRequest& req);
+  absl::StatusOr<v1::AdvertiseResponse> Advertise(const Identity& caller,
+                                                  const v1::AdvertiseRequest& req);
+
+  // Admin RPCs.
+  v1::ListPeersResponse ListPeers();
+  absl::StatusOr<v1::Peer> AddPeer(const std::string& site, const std::string& endpoint);
+  absl::Status RemovePeer(const std::string& site);
+  v1::GetCapacityResponse Capacity();
+  v1::ListLinksResponse ListLinks();
+  // A dry run of placement for a spec against the current view.
+  absl::StatusOr<v1::PlanResponse> Plan(const v1::JobSpec& spec);
+
+  // Records a link this site measured and re-advertises at once.
+  void RecordLink(const v1::Link& link);
+
+  // Re-issues this site's ad with a new seq and drops expired ads; run every
+  // advertise interval and on every capacity change.
+  absl::Status Tick();
+  // Issues a final, withdrawn ad (graceful shutdown).
+  void Withdraw();
+
+  // For the peer links.
+  bool IsApprovedPeer(std::string_view site);
+  std::vector<federation::PeerInfo> Peers();
+  // Approved peers that are down now (silent past a few advertise intervals).
+  std::set<std::string> DownPeers();
+  std::vector<v1::CapacityAd> Pending(const std::string& peer,
+                                      const std::map<std::string, uint64_t>& sent);
+  void RecordPush(const std::string& peer, double rtt_ms);
+  void RecordError(const std::string& peer, const std::string& error);
+  // Blocks until the ad version moves past `seen`, `deadline_ms` (wall clock)
+  // passes, or `wake()` returns true; returns the current version.
+  uint64_t WaitForChange(uint64_t seen, int64_t deadline_ms, const std::function<bool()>& wake);
+  // Blocks until `deadline_ms` passes or `wake()` returns true.
+  void WaitUntil(int64_t deadline_ms, const std::function<bool()>& wake);
+  void NotifyAll();
+  // Free GPUs per local node (from the participant's ledger); unset = all.
+  void SetFreeGpusFn(std::function<std::map<std::string, uint32_t>()> fn) {
+    free_fn_ = std::move(fn);
+  }
+  // The address of `node` at `site` from the inventory or the site's ad.
+  std::string NodeAddress(const std::string& site, const std::string& node);
+  // Called (without the lock held) whenever the approved peer set changes.
+  void SetPeersChangedHook(std::function<void()> hook) { peers_changed_ = std::move(hook); }
+
+  const Config& config() const { return config_; }
+  const federation::Clock* clock() const { return clock_; }
+
+ private:
+  void UpdateGaugesLocked();
+  // The bandwidth matrix now: own probes plus links carried in fresh ads.
+  federation::LinkMatrix LinksLocked();
+
+  Config config_;
+  const federation::Clock* clock_;
+  Store* store_;
+  std::unique_ptr<federation::InventorySource> inventory_;
+  Metrics* metrics_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  federation::AdStore ads_;
+  federation::PeerRegistry peers_;
+  uint64_t seq_ = 0;
+  std::map<std::string, v1::Link> own_links_;  // by destination site
+  std::function<void()> peers_changed_;
+  std::function<std::map<std::string, uint32_t>()> free_fn_;
+  std::map<std::string, uint32_t> LocalFree() { return free_fn_ ? free_fn_() : std::map<std::string, uint32_t>{}; }
+};
+
+}  // namespace fedgate::gateway

@@ -1,0 +1,85 @@
+#include "gateway/security/authz.h"
+
+#include <spdlog/spdlog.h>
+
+#include "base/str_cat.h"
+#include "gateway/ops/metrics.h"
+
+namespace fedgate::gateway {
+
+absl::Status Decide(const Identity& caller, RpcClass cls, std::string_view federation,
+                    std::string_view site, const std::function<bool(std::string_view)>& approved) {
+  const std::string who = caller.ToUri();
+  if (caller.federation != federation) {
+    return absl::PermissionDeniedError(
+        fedgate::StrCat(who, " belongs to federation \"", caller.federation, "\", not \"",
+                     federation, "\""));
+  }
+  switch (cls) {
+    case RpcClass::kPeer:
+      if (caller.role != Role::kGateway) {
+        return absl::PermissionDeniedError(fedgate::StrCat(who, " is not a gateway"));
+      }
+      if (caller.site == site) {
+        return absl::PermissionDeniedError(fedgate::StrCat(who, " is this gateway's own identity"));
+      }
+      if (!approved(caller.site)) {
+        return absl::PermissionDeniedError(
+            fedgate::StrCat("site \"", caller.site, "\" is not an approved peer of ", site));
+      }
+      return absl::OkStatus();
+    case RpcClass::kAdmin:
+      if (caller.role != Role::kAdmin || caller.site != site) {
+        return absl::PermissionDeniedError(fedgate::StrCat(who, " is not an admin of ", site));
+      }
+      return absl::OkStatus();
+    case RpcClass::kJob:
+      if (caller.role == Role::kUser || (caller.role == Role::kAdmin && caller.site == site)) {
+        return absl::OkStatus();
+      }
+      return absl::PermissionDeniedError(
+          fedgate::StrCat(who, " is neither a tenant's user nor an admin of ", site));
+  }
+  return absl::PermissionDeniedError("unknown RPC class");
+}
+
+Authorizer::Authorizer(std::string federation, std::string site,
+                       std::function<bool(std::string_view)> is_approved_peer, Metrics* metrics)
+    : federation_(std::move(federation)),
+      site_(std::move(site)),
+      approved_(std::move(is_approved_peer)),
+      metrics_(metrics) {}
+
+absl::StatusOr<Identity> Authorizer::Authorize(const grpc::AuthContext& ctx, RpcClass cls,
+                                               std::string_view method) const {
+  const char* cls_name = cls == RpcClass::kPeer    ? "peer"
+                         : cls == RpcClass::kAdmin ? "admin"
+                                                   : "job";
+  auto refuse = [&](const absl::Status& st, const char* reason) {
+    metrics_->Inc("fedgate_authz_refusals_total", {{"rpc_class", cls_name}, {"reason", reason}});
+    spdlog::warn("authz: refused {} call {}: {}", cls_name, method, std::string(st.message()));
+    return st;
+  };
+  auto pems = ctx.FindPropertyValues("x509_pem_cert");
+  if (pems.empty()) {
+    return refuse(absl::UnauthenticatedError("no client certificate"), "no_certificate");
+  }
+  auto id = IdentityFromCertPem(std::string_view(pems[0].data(), pems[0].size()));
+  if (!id.ok()) {
+    return refuse(absl::UnauthenticatedError(fedgate::StrCat("client certificate refused: ",
+                                                          id.status().message())),
+                  "bad_identity");
+  }
+  if (auto st = Decide(*id, cls, federation_, site_, approved_); !st.ok()) {
+    return refuse(st, "role");
+  }
+  return id;
+}
+
+grpc::Status ToGrpc(const absl::Status& st) {
+  if (st.ok()) return grpc::Status::OK;
+  // absl and gRPC share the canonical code numbering.
+  return grpc::Status(static_cast<grpc::StatusCode>(st.code()), std::string(st.message()));
+}
+
+}  // namespace fedgate::gateway

@@ -1,0 +1,46 @@
+// Per-call authorization from the caller's certificate (Debian's gRPC 1.51
+// has no authorization-policy library). Refusals are logged and counted.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "gateway/security/identity.h"
+
+namespace fedgate::gateway {
+
+class Metrics;
+
+enum class RpcClass { kPeer, kAdmin, kJob };
+
+// The pure decision: peer RPCs only from gateways of approved peer sites of
+// our federation; admin RPCs only from admins of this very site; job RPCs from
+// tenants' users and this site's admins.
+absl::Status Decide(const Identity& caller, RpcClass cls, std::string_view federation,
+                    std::string_view site, const std::function<bool(std::string_view)>& approved);
+
+class Authorizer {
+ public:
+  Authorizer(std::string federation, std::string site,
+             std::function<bool(std::string_view)> is_approved_peer, Metrics* metrics);
+
+  // The caller's identity if it may call `method` of class `cls`, else
+  // PERMISSION_DENIED (UNAUTHENTICATED when the certificate has no usable
+  // identity).
+  absl::StatusOr<Identity> Authorize(const grpc::AuthContext& ctx, RpcClass cls,
+                                     std::string_view method) const;
+
+ private:
+  std::string federation_;
+  std::string site_;
+  std::function<bool(std::string_view)> approved_;
+  Metrics* metrics_;
+};
+
+grpc::Status ToGrpc(const absl::Status& st);
+
+}  // namespace fedgate::gateway

@@ -1,0 +1,45 @@
+// mTLS credentials for the gateway's server, its outgoing peer links, and
+// clients such as fedctl. Servers are verified by their SPIFFE identity, not
+// by host name: endpoints are often bare IPs.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/security/tls_certificate_provider.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "gateway/security/identity.h"
+
+namespace fedgate::gateway {
+
+// Server credentials that re-read ca/cert/key every `reload_interval_s`
+// (replaced files take effect for new connections) and require and verify a
+// client certificate.
+std::shared_ptr<grpc::ServerCredentials> MakeServerCredentials(const std::string& ca_path,
+                                                               const std::string& cert_path,
+                                                               const std::string& key_path,
+                                                               unsigned reload_interval_s);
+
+using ServerCheck = std::function<absl::Status(const Identity&)>;
+
+// Client credentials over a certificate provider (file-watching or static);
+// the handshake fails unless the server's certificate carries exactly one URI
+// SAN that `check` accepts.
+std::shared_ptr<grpc::ChannelCredentials> MakeChannelCredentials(
+    std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider, ServerCheck check);
+
+// Credentials for dialing a peer: the server must be exactly the gateway of
+// `site` in `federation`.
+std::shared_ptr<grpc::ChannelCredentials> MakePeerGatewayCredentials(
+    std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider,
+    const std::string& federation, const std::string& site);
+
+std::shared_ptr<grpc::experimental::CertificateProviderInterface> MakeStaticProvider(
+    const std::string& ca_pem, const std::string& cert_pem, const std::string& key_pem);
+
+// Channel arguments every fedgate channel uses: short reconnect backoff caps.
+grpc::ChannelArguments DefaultChannelArgs();
+
+}  // namespace fedgate::gateway

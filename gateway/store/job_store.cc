@@ -1,0 +1,317 @@
+#include "gateway/store/job_store.h"
+
+#include <openssl/rand.h>
+#include <sqlite3.h>
+
+#include <algorithm>
+
+#include "base/str_cat.h"
+#include "gateway/store/sqlite_stmt.h"
+
+namespace fedgate::gateway {
+namespace {
+
+constexpr size_t kMaxBatch = 512;
+
+absl::Status SqlError(sqlite3* db, std::string_view what) {
+  return absl::InternalError(StrCat("store: ", what, ": ", sqlite3_errmsg(db)));
+}
+
+constexpr const char* kColumns =
+    "id, tenant, idempotency_key, spec, state, attempt, reason, created_at_unix_ms, "
+    "updated_at_unix_ms, run, version";
+
+JobRecord Row(sqlite3_stmt* s) {
+  JobRecord r;
+  r.id = ColText(s, 0);
+  r.tenant = ColText(s, 1);
+  r.idempotency_key = ColText(s, 2);
+  const void* blob = sqlite3_column_blob(s, 3);
+  r.spec.ParseFromArray(blob, sqlite3_column_bytes(s, 3));
+  // A state this build does not know cannot be driven: shown as FAILED.
+  r.state = federation::ParseJobState(ColText(s, 4)).value_or(federation::JobState::kFailed);
+  r.attempt = static_cast<uint32_t>(sqlite3_column_int64(s, 5));
+  r.reason = ColText(s, 6);
+  r.created_at_unix_ms = sqlite3_column_int64(s, 7);
+  r.updated_at_unix_ms = sqlite3_column_int64(s, 8);
+  r.run.assign(static_cast<const char*>(sqlite3_column_blob(s, 9)) ?: "",
+               static_cast<size_t>(sqlite3_column_bytes(s, 9)));
+  r.version = static_cast<uint64_t>(sqlite3_column_int64(s, 10));
+  return r;
+}
+
+absl::StatusOr<std::optional<JobRecord>> SelectOne(sqlite3* db, const char* where,
+                                                   const std::vector<std::string>& args) {
+  const std::string sql = StrCat("SELECT ", kColumns, " FROM jobs WHERE ", where, ";");
+  SqlStmt st(db, sql.c_str());
+  if (!st.ok()) return SqlError(db, "select");
+  for (size_t i = 0; i < args.size(); ++i) st.Text(static_cast<int>(i + 1), args[i]);
+  const int rc = sqlite3_step(st.get());
+  if (rc == SQLITE_ROW) return std::optional<JobRecord>(Row(st.get()));
+  if (rc == SQLITE_DONE) return std::optional<JobRecord>();
+  return SqlError(db, "select");
+}
+
+sqlite3* OpenConn(const std::string& path) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr) !=
+      SQLITE_OK) {
+    sqlite3_close(db);
+    return nullptr;
+  }
+  sqlite3_busy_timeout(db, 5000);
+  sqlite3_exec(db, "PRAGMA synchronous=FULL;", nullptr, nullptr, nullptr);
+  return db;
+}
+
+}  // namespace
+
+std::string NewJobId() {
+  unsigned char b[8];
+  RAND_bytes(b, sizeof(b));
+  static const char* kHex = "0123456789abcdef";
+  std::string id = "j-";
+  for (unsigned char c : b) {
+    id.push_back(kHex[c >> 4]);
+    id.push_back(kHex[c & 15]);
+  }
+  return id;
+}
+
+absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path) {
+  std::unique_ptr<JobStore> s(new JobStore());
+  s->writer_ = OpenConn(path);
+  s->reader_ = OpenConn(path);
+  if (s->writer_ == nullptr || s->reader_ == nullptr) {
+    return absl::InternalError(StrCat("cannot open job store ", path));
+  }
+  s->thread_ = std::thread([p = s.get()] { p->WriterLoop(); });
+  return s;
+}
+
+JobStore::~JobStore() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  sqlite3_close(writer_);
+  sqlite3_close(reader_);
+}
+
+void JobStore::EnqueueAsync(std::function<absl::Status(sqlite3*)> apply,
+                            std::function<void(absl::Status)> done) {
+  {
+    std::lock_guard lock(mu_);
+    if (!stop_) {
+      queue_.push_back(std::make_unique<Write>(Write{std::move(apply), std::move(done)}));
+      done = nullptr;
+    }
+  }
+  if (done) {
+    done(absl::UnavailableError("job store is closing"));
+    return;
+  }
+  cv_.notify_one();
+}
+
+absl::Status JobStore::Enqueue(std::function<absl::Status(sqlite3*)> apply) {
+  std::promise<absl::Status> p;
+  auto fut = p.get_future();
+  EnqueueAsync(std::move(apply), [&p](absl::Status st) { p.set_value(std::move(st)); });
+  return fut.get();
+}
+
+void JobStore::WriterLoop() {
+  std::vector<std::unique_ptr<Write>> batch;
+  while (true) {
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping and drained
+      while (!queue_.empty() && batch.size() < kMaxBatch) {
+        batch.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+    }
+    // One transaction for the whole batch; each write runs in a savepoint so
+    // one failing write does not undo the others.
+    std::vector<absl::Status> results(batch.size());
+    absl::Status txn = sqlite3_exec(writer_, "BEGIN IMMEDIATE;", nullptr, nullptr, nullptr) ==
+                               SQLITE_OK
+                           ? absl::OkStatus()
+                           : SqlError(writer_, "begin");
+    for (size_t i = 0; i < batch.size() && txn.ok(); ++i) {
+      sqlite3_exec(writer_, "SAVEPOINT w;", nullptr, nullptr, nullptr);
+      results[i] = batch[i]->apply(writer_);
+      sqlite3_exec(writer_, results[i].ok() ? "RELEASE w;" : "ROLLBACK TO w; RELEASE w;", nullptr,
+                   nullptr, nullptr);
+    }
+    if (txn.ok() && sqlite3_exec(writer_, "COMMIT;", nullptr, nullptr, nullptr) != SQLITE_OK) {
+      txn = SqlError(writer_, "commit");
+      sqlite3_exec(writer_, "ROLLBACK;", nullptr, nullptr, nullptr);
+    }
+    ++commits_;
+    largest_batch_ = std::max<uint64_t>(largest_batch_, batch.size());
+    for (size_t i = 0; i < batch.size(); ++i) {
+      batch[i]->done(txn.ok() ? results[i] : txn);
+    }
+    batch.clear();
+  }
+}
+
+void JobStore::SubmitAsync(JobRecord job,
+                           std::function<void(absl::StatusOr<SubmitOutcome>)> done) {
+  auto out = std::make_shared<SubmitOutcome>();
+  auto rec = std::make_shared<JobRecord>(std::move(job));
+  EnqueueAsync(
+      [out, rec](sqlite3* db) -> absl::Status {
+        const JobRecord& job = *rec;
+        if (!job.idempotency_key.empty()) {
+          auto existing = SelectOne(db, "tenant = ?1 AND idempotency_key = ?2",
+                                    {job.tenant, job.idempotency_key});
+          if (!existing.ok()) return existing.status();
+          if (existing->has_value()) {
+            *out = {**existing, false};
+            return absl::OkStatus();
+          }
+        }
+        SqlStmt ins(db, StrCat("INSERT INTO jobs(", kColumns,
+                               ", name) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?11, 0, ?10);")
+                            .c_str());
+        if (!ins.ok()) return SqlError(db, "insert");
+        ins.Text(1, job.id);
+        ins.Text(2, job.tenant);
+        if (job.idempotency_key.empty()) {
+          ins.Null(3);
+        } else {
+          ins.Text(3, job.idempotency_key);
+        }
+        ins.Blob(4, job.spec.SerializeAsString());
+        ins.Text(5, std::string(federation::JobStateName(job.state)));
+        ins.Int(6, job.attempt);
+        ins.Text(7, job.reason);
+        ins.Int(8, job.created_at_unix_ms);
+        ins.Int(9, job.updated_at_unix_ms);
+        ins.Text(10, job.spec.name());
+        ins.Blob(11, job.run);
+        if (sqlite3_step(ins.get()) != SQLITE_DONE) return SqlError(db, "insert");
+        *out = {job, true};
+        return absl::OkStatus();
+      },
+      [out, done = std::move(done)](absl::Status st) {
+        if (st.ok()) {
+          done(std::move(*out));
+        } else {
+          done(st);
+        }
+      });
+}
+
+absl::StatusOr<SubmitOutcome> JobStore::Submit(JobRecord job) {
+  std::promise<absl::StatusOr<SubmitOutcome>> p;
+  auto fut = p.get_future();
+  SubmitAsync(std::move(job), [&p](absl::StatusOr<SubmitOutcome> r) { p.set_value(std::move(r)); });
+  return fut.get();
+}
+
+absl::StatusOr<std::optional<JobRecord>> JobStore::Get(const std::string& id) {
+  std::lock_guard lock(read_mu_);
+  return SelectOne(reader_, "id = ?1", {id});
+}
+
+absl::StatusOr<std::vector<JobRecord>> JobStore::List(const std::string& tenant,
+                                                      const std::string& state,
+                                                      const std::string& after_id, int limit) {
+  std::lock_guard lock(read_mu_);
+  const std::string sql =
+      StrCat("SELECT ", kColumns,
+             " FROM jobs WHERE (?1 = '' OR tenant = ?1) AND (?2 = '' OR state = ?2) AND id > ?3 "
+             "ORDER BY id LIMIT ?4;");
+  SqlStmt st(reader_, sql.c_str());
+  if (!st.ok()) return SqlError(reader_, "list");
+  st.Text(1, tenant);
+  st.Text(2, state);
+  st.Text(3, after_id);
+  st.Int(4, std::clamp(limit, 1, 1000));
+  std::vector<JobRecord> out;
+  int rc;
+  while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) out.push_back(Row(st.get()));
+  if (rc != SQLITE_DONE) return SqlError(reader_, "list");
+  return out;
+}
+
+absl::StatusOr<std::vector<JobRecord>> JobStore::ListActive(const std::string& after_id,
+                                                            int limit) {
+  std::lock_guard lock(read_mu_);
+  const std::string sql =
+      StrCat("SELECT ", kColumns,
+             " FROM jobs WHERE state IN ('PENDING', 'RESERVING', 'RUNNING') AND id > ?1 "
+             "ORDER BY id LIMIT ?2;");
+  SqlStmt st(reader_, sql.c_str());
+  if (!st.ok()) return SqlError(reader_, "list active");
+  st.Text(1, after_id);
+  st.Int(2, std::clamp(limit, 1, 100000));
+  std::vector<JobRecord> out;
+  int rc;
+  while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) out.push_back(Row(st.get()));
+  if (rc != SQLITE_DONE) return SqlError(reader_, "list active");
+  return out;
+}
+
+absl::StatusOr<std::vector<JobRecord>> JobStore::ListAllActive(int page) {
+  std::vector<JobRecord> all;
+  std::string after;
+  while (true) {
+    auto rows = ListActive(after, page);
+    if (!rows.ok()) return rows.status();
+    const bool last = static_cast<int>(rows->size()) < page;
+    if (!rows->empty()) after = rows->back().id;
+    for (auto& r : *rows) all.push_back(std::move(r));
+    if (last) return all;
+  }
+}
+
+absl::Status JobStore::Save(JobRecord* job, federation::JobActor who) {
+  uint64_t stored_version = 0;
+  absl::Status st = Enqueue([&](sqlite3* db) -> absl::Status {
+    SqlStmt sel(db, "SELECT state, version FROM jobs WHERE id = ?1;");
+    if (!sel.ok()) return SqlError(db, "save");
+    sel.Text(1, job->id);
+    const int rc = sqlite3_step(sel.get());
+    if (rc == SQLITE_DONE) return absl::NotFoundError(StrCat("no job ", job->id));
+    if (rc != SQLITE_ROW) return SqlError(db, "save");
+    const auto stored = federation::ParseJobState(ColText(sel.get(), 0));
+    stored_version = static_cast<uint64_t>(sqlite3_column_int64(sel.get(), 1));
+    if (stored_version != job->version) {
+      return absl::AbortedError(StrCat("job ", job->id, " changed since it was read (version ",
+                                       job->version, ", now ", stored_version, ", ",
+                                       stored ? federation::JobStateName(*stored) : "?", ")"));
+    }
+    if (!stored) return absl::DataLossError(StrCat("job ", job->id, " has an unknown state"));
+    if (auto t = federation::CheckTransition(*stored, job->state, who); !t.ok()) {
+      return absl::FailedPreconditionError(StrCat("job ", job->id, ": ", t.message()));
+    }
+    SqlStmt up(db,
+               "UPDATE jobs SET state = ?2, reason = ?3, attempt = ?4, run = ?5, "
+               "updated_at_unix_ms = ?6, version = version + 1 WHERE id = ?1 AND version = ?7;");
+    if (!up.ok()) return SqlError(db, "save");
+    up.Text(1, job->id);
+    up.Text(2, std::string(federation::JobStateName(job->state)));
+    up.Text(3, job->reason);
+    up.Int(4, job->attempt);
+    up.Blob(5, job->run);
+    up.Int(6, job->updated_at_unix_ms);
+    up.Int(7, static_cast<int64_t>(job->version));
+    if (sqlite3_step(up.get()) != SQLITE_DONE) return SqlError(db, "save");
+    return absl::OkStatus();
+  });
+  if (st.ok()) {
+    job->version = stored_version + 1;
+    if (on_write_) on_write_(job->id);
+  }
+  return st;
+}
+
+}  // namespace fedgate::gateway

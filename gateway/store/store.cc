@@ -1,0 +1,216 @@
+#include "gateway/store/store.h"
+
+#include <sqlite3.h>
+
+#include <filesystem>
+
+#include "base/str_cat.h"
+#include "gateway/store/sqlite_stmt.h"
+
+namespace fedgate::gateway {
+namespace {
+
+// Each entry moves the schema from version i to i+1. Never edit a shipped one.
+const char* const kMigrations[] = {
+    // 1: approved peers added by admins, and small key/value facts (ad seq).
+    "CREATE TABLE peers (site TEXT PRIMARY KEY, endpoint TEXT NOT NULL,"
+    "                    added_at_unix_ms INTEGER NOT NULL);"
+    "CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
+    // 2: jobs; (tenant, idempotency_key) is unique so a retried submit finds
+    // the first one instead of making a second job.
+    "CREATE TABLE jobs (id TEXT PRIMARY KEY, tenant TEXT NOT NULL,"
+    "                   idempotency_key TEXT, name TEXT NOT NULL, spec BLOB NOT NULL,"
+    "                   state TEXT NOT NULL, attempt INTEGER NOT NULL, reason TEXT NOT NULL,"
+    "                   created_at_unix_ms INTEGER NOT NULL, updated_at_unix_ms INTEGER NOT NULL);"
+    "CREATE UNIQUE INDEX jobs_idempotency ON jobs(tenant, idempotency_key)"
+    "  WHERE idempotency_key IS NOT NULL;"
+    "CREATE INDEX jobs_by_tenant ON jobs(tenant, id);",
+    // 3: the run plan (virtual cluster, epoch) of a job's latest attempt.
+    "ALTER TABLE jobs ADD COLUMN run BLOB NOT NULL DEFAULT x'';",
+    // 4: rank processes a participant started, so a restart can clean up.
+    "CREATE TABLE slices (job_id TEXT PRIMARY KEY, attempt INTEGER NOT NULL,"
+    "                     epoch INTEGER NOT NULL, procs TEXT NOT NULL);",
+    // 5: the coordinator scans the jobs that have not ended several times a second.
+    "CREATE INDEX jobs_by_state ON jobs(state, created_at_unix_ms);",
+    // 6: every write of a job is a compare-and-set on its version.
+    "ALTER TABLE jobs ADD COLUMN version INTEGER NOT NULL DEFAULT 0;",
+    // 7: a job can have two slices at a site (an old epoch still stopping
+    // while a new one runs): slices are keyed by job and epoch.
+    "CREATE TABLE slices_v7 (job_id TEXT NOT NULL, attempt INTEGER NOT NULL,"
+    "                        epoch INTEGER NOT NULL, procs TEXT NOT NULL,"
+    "                        PRIMARY KEY (job_id, epoch));"
+    "INSERT INTO slices_v7 SELECT job_id, attempt, epoch, procs FROM slices;"
+    "DROP TABLE slices;"
+    "ALTER TABLE slices_v7 RENAME TO slices;",
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& data_dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(data_dir, ec);
+  if (ec) {
+    return absl::InternalError(fedgate::StrCat("cannot create data_dir ", data_dir, ": ", ec.message()));
+  }
+  const std::string path = data_dir + "/fedgate.db";
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                           nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    sqlite3_close(db);
+    return absl::InternalError(fedgate::StrCat("cannot open store ", path, ": ", msg));
+  }
+  std::unique_ptr<Store> store(new Store(db));
+  sqlite3_busy_timeout(db, 5000);
+  for (const char* pragma :
+       {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=FULL;", "PRAGMA foreign_keys=ON;"}) {
+    if (auto st = store->Exec(pragma); !st.ok()) {
+      return absl::InternalError(fedgate::StrCat("store ", path, ": ", st.message()));
+    }
+  }
+  if (auto st = store->Migrate(); !st.ok()) {
+    return absl::InternalError(fedgate::StrCat("store ", path, ": ", st.message()));
+  }
+  return store;
+}
+
+Store::~Store() { sqlite3_close(db_); }
+
+absl::Status Store::Exec(const std::string& sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "unknown error";
+    sqlite3_free(err);
+    return absl::InternalError(msg);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Store::Migrate() {
+  std::lock_guard lock(mu_);
+  {
+    SqlStmt s(db_, "PRAGMA user_version;");
+    if (!s.ok() || sqlite3_step(s.get()) != SQLITE_ROW) {
+      return absl::InternalError(sqlite3_errmsg(db_));
+    }
+    schema_version_ = sqlite3_column_int(s.get(), 0);
+  }
+  const int latest = static_cast<int>(std::size(kMigrations));
+  if (schema_version_ > latest) {
+    return absl::FailedPreconditionError(fedgate::StrCat(
+        "schema version ", schema_version_, " is newer than this fedgate knows (", latest, ")"));
+  }
+  while (schema_version_ < latest) {
+    const int next = schema_version_ + 1;
+    std::string sql = fedgate::StrCat("BEGIN IMMEDIATE;", kMigrations[schema_version_],
+                                   "PRAGMA user_version=", next, ";COMMIT;");
+    if (auto st = Exec(sql); !st.ok()) {
+      (void)Exec("ROLLBACK;");
+      return absl::InternalError(fedgate::StrCat("migration to v", next, " failed: ", st.message()));
+    }
+    schema_version_ = next;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<StoredPeer>> Store::LoadPeers() {
+  std::lock_guard lock(mu_);
+  SqlStmt s(db_, "SELECT site, endpoint, added_at_unix_ms FROM peers ORDER BY site;");
+  if (!s.ok()) return absl::InternalError(sqlite3_errmsg(db_));
+  std::vector<StoredPeer> out;
+  int rc;
+  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+    out.push_back({ColText(s.get(), 0), ColText(s.get(), 1), sqlite3_column_int64(s.get(), 2)});
+  }
+  if (rc != SQLITE_DONE) return absl::InternalError(sqlite3_errmsg(db_));
+  return out;
+}
+
+absl::Status Store::UpsertPeer(const StoredPeer& peer) {
+  std::lock_guard lock(mu_);
+  SqlStmt s(db_,
+         "INSERT INTO peers(site, endpoint, added_at_unix_ms) VALUES(?1, ?2, ?3) "
+         "ON CONFLICT(site) DO UPDATE SET endpoint=excluded.endpoint;");
+  if (!s.ok()) return absl::InternalError(sqlite3_errmsg(db_));
+  s.Text(1, peer.site);
+  s.Text(2, peer.endpoint);
+  s.Int(3, peer.added_at_unix_ms);
+  if (sqlite3_step(s.get()) != SQLITE_DONE) return absl::InternalError(sqlite3_errmsg(db_));
+  return absl::OkStatus();
+}
+
+absl::Status Store::DeletePeer(const std::string& site) {
+  std::lock_guard lock(mu_);
+  SqlStmt s(db_, "DELETE FROM peers WHERE site = ?1;");
+  if (!s.ok()) return absl::InternalError(sqlite3_errmsg(db_));
+  s.Text(1, site);
+  if (sqlite3_step(s.get()) != SQLITE_DONE) return absl::InternalError(sqlite3_errmsg(db_));
+  if (sqlite3_changes(db_) == 0) {
+    return absl::NotFoundError(fedgate::StrCat("no stored peer \"", site, "\""));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Store::PutSlice(const StoredSlice& s) {
+  std::lock_guard lock(mu_);
+  SqlStmt st(db_,
+          "INSERT INTO slices(job_id, attempt, epoch, procs) VALUES(?1, ?2, ?3, ?4) "
+          "ON CONFLICT(job_id, epoch) DO UPDATE SET attempt=excluded.attempt, "
+          "procs=excluded.procs;");
+  if (!st.ok()) return absl::InternalError(sqlite3_errmsg(db_));
+  st.Text(1, s.job_id);
+  st.Int(2, static_cast<int64_t>(s.attempt));
+  st.Int(3, static_cast<int64_t>(s.epoch));
+  st.Text(4, s.procs);
+  if (sqlite3_step(st.get()) != SQLITE_DONE) return absl::InternalError(sqlite3_errmsg(db_));
+  return absl::OkStatus();
+}
+
+absl::Status Store::DeleteSlice(const std::string& job_id, uint64_t epoch) {
+  std::lock_guard lock(mu_);
+  SqlStmt st(db_, "DELETE FROM slices WHERE job_id = ?1 AND epoch = ?2;");
+  if (!st.ok()) return absl::InternalError(sqlite3_errmsg(db_));
+  st.Text(1, job_id);
+  st.Int(2, static_cast<int64_t>(epoch));
+  if (sqlite3_step(st.get()) != SQLITE_DONE) return absl::InternalError(sqlite3_errmsg(db_));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<StoredSlice>> Store::LoadSlices() {
+  std::lock_guard lock(mu_);
+  SqlStmt st(db_, "SELECT job_id, attempt, epoch, procs FROM slices;");
+  if (!st.ok()) return absl::InternalError(sqlite3_errmsg(db_));
+  std::vector<StoredSlice> out;
+  while (sqlite3_step(st.get()) == SQLITE_ROW) {
+    out.push_back({ColText(st.get(), 0), static_cast<uint32_t>(sqlite3_column_int64(st.get(), 1)),
+                   static_cast<uint64_t>(sqlite3_column_int64(st.get(), 2)), ColText(st.get(), 3)});
+  }
+  return out;
+}
+
+absl::StatusOr<std::optional<std::string>> Store::GetKv(const std::string& key) {
+  std::lock_guard lock(mu_);
+  SqlStmt s(db_, "SELECT value FROM kv WHERE key = ?1;");
+  if (!s.ok()) return absl::InternalError(sqlite3_errmsg(db_));
+  s.Text(1, key);
+  int rc = sqlite3_step(s.get());
+  if (rc == SQLITE_ROW) return std::optional<std::string>(ColText(s.get(), 0));
+  if (rc == SQLITE_DONE) return std::optional<std::string>();
+  return absl::InternalError(sqlite3_errmsg(db_));
+}
+
+absl::Status Store::PutKv(const std::string& key, const std::string& value) {
+  std::lock_guard lock(mu_);
+  SqlStmt s(db_,
+         "INSERT INTO kv(key, value) VALUES(?1, ?2) "
+         "ON CONFLICT(key) DO UPDATE SET value=excluded.value;");
+  if (!s.ok()) return absl::InternalError(sqlite3_errmsg(db_));
+  s.Text(1, key);
+  s.Text(2, value);
+  if (sqlite3_step(s.get()) != SQLITE_DONE) return absl::InternalError(sqlite3_errmsg(db_));
+  return absl::OkStatus();
+}
+
+}  // namespace fedgate::gateway
