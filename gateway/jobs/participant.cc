@@ -8,7 +8,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <chrono>
+#include <filesystem>
 #include <cstring>
 #include <set>
 #include <cstdio>
@@ -104,7 +106,6 @@ void Participant::CleanUpAfterRestart() {
     }
     spdlog::warn("job {}: found {} rank(s) of a slice from before the restart; stopped {}",
                  ss.job_id, s.ranks.size(), killed);
-    latest_attempt_[ss.job_id] = ss.attempt;
     slices_[{ss.job_id, ss.epoch}] = std::move(s);
     (void)store_->DeleteSlice(ss.job_id, ss.epoch);
   }
@@ -136,6 +137,36 @@ void Participant::Stop() {
       if (!r.exited) exec_.Signal(r.pid, SIGKILL);
     }
   }
+}
+
+absl::Status Participant::WriteLogOwner(const std::string& job, const std::string& from) {
+  const std::string dir = StrCat(config_.data_dir, "/jobs/", job);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  std::ofstream out(dir + "/owner", std::ios::trunc);
+  out << from << "\n";
+  out.close();
+  if (ec || !out) {
+    return absl::InternalError(StrCat("cannot write ", dir, "/owner: ",
+                                      ec ? ec.message() : std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+// The highest attempt-N folder of a job's logs (0 when there is none).
+uint32_t Participant::LatestAttempt(const std::string& dir) {
+  uint32_t best = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename();
+    if (name.rfind("attempt-", 0) != 0) continue;
+    uint32_t n = 0;
+    const char* first = name.data() + 8;
+    const char* last = name.data() + name.size();
+    auto [p, err] = std::from_chars(first, last, n);
+    if (err == std::errc() && p == last) best = std::max(best, n);
+  }
+  return best;
 }
 
 std::string Participant::LogPath(const std::string& job, uint32_t attempt, uint32_t rank) const {
@@ -253,6 +284,9 @@ absl::StatusOr<v1::CommitResponse> Participant::Commit(const std::string& from,
                                                " GPU(s) held on node ", node));
     }
   }
+  // Who may read this job's logs once its slices are forgotten: a file
+  // beside them, not a map in memory that would grow with every job.
+  if (auto st = WriteLogOwner(key.job_id(), from); !st.ok()) return st;
   auto hold = ledger_.Commit(key.job_id(), key.attempt(), key.epoch(), from, clock_->NowMs());
   if (!hold.ok()) return hold.status();
   std::map<std::string, std::string> node_addr;
@@ -306,7 +340,6 @@ absl::StatusOr<v1::CommitResponse> Participant::Commit(const std::string& from,
                     std::string(st.message()));
     }
   }
-  latest_attempt_[key.job_id()] = key.attempt();
   slices_[{key.job_id(), key.epoch()}] = std::move(s);
   CrashPoint("participant-after-commit");
   return v1::CommitResponse();
@@ -372,16 +405,22 @@ absl::StatusOr<v1::SliceStatusResponse> Participant::Status(const std::string& f
 absl::StatusOr<v1::ReadLogResponse> Participant::ReadLog(const std::string& from,
                                                          const v1::ReadLogRequest& req) {
   if (auto st = CheckJobId(req.job_id()); !st.ok()) return st;
-  uint32_t attempt = req.attempt();
   {
     std::lock_guard lock(mu_);
     if (auto st = ledger_.CheckOwner(req.job_id(), from); !st.ok()) return st;
-    auto it = latest_attempt_.find(req.job_id());
-    if (it == latest_attempt_.end()) {
-      return absl::NotFoundError(StrCat("no ranks of job ", req.job_id(), " ran at this site"));
-    }
-    if (attempt == 0) attempt = it->second;
   }
+  const std::string dir = StrCat(config_.data_dir, "/jobs/", req.job_id());
+  std::string owner;
+  std::getline(std::ifstream(dir + "/owner"), owner);
+  if (owner.empty()) {
+    return absl::NotFoundError(StrCat("no ranks of job ", req.job_id(), " ran at this site"));
+  }
+  if (owner != from) {
+    return absl::PermissionDeniedError(
+        StrCat("job ", req.job_id(), " is coordinated by ", owner, ", not by ", from));
+  }
+  uint32_t attempt = req.attempt();
+  if (attempt == 0) attempt = LatestAttempt(dir);
   const std::string path = LogPath(req.job_id(), attempt, req.rank());
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {

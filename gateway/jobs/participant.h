@@ -85,6 +85,8 @@ class Participant {
   void CleanUpAfterRestart();
   void StopSliceLocked(Slice* s, const std::string& why);
   std::string LogPath(const std::string& job, uint32_t attempt, uint32_t rank) const;
+  absl::Status WriteLogOwner(const std::string& job, const std::string& from);
+  static uint32_t LatestAttempt(const std::string& job_dir);
 
   Config config_;
   const federation::Clock* clock_;
@@ -93,7 +95,6 @@ class Participant {
   std::mutex mu_;
   federation::ReservationLedger ledger_;
   std::map<SliceKey, Slice> slices_;
-  std::map<std::string, uint32_t> latest_attempt_;    // by job id, for logs
   std::function<void()> on_change_;
   std::atomic<bool> stop_{false};
   std::thread sweeper_;

@@ -362,6 +362,37 @@ TEST_F(CoordinatorTest, OnlyTheCoordinatorMayCallAParticipantAboutItsJob) {
   EXPECT_EQ(still->state(), "running");
 }
 
+// Finished slices and their holds are pruned (state stays bounded), yet the
+// job's logs stay readable by its coordinator only.
+TEST_F(CoordinatorTest, LogsStayOwnedAfterTheirSliceIsForgotten) {
+  const std::string id = Submit(2, "echo hello from $FEDGATE_SITE");
+  coordinator_->PlacePass();
+  ASSERT_EQ(Job(id).state, federation::JobState::kRunning);
+  ASSERT_TRUE(SweepUntilFree(a_.get()));
+  v1::RunPlan run;
+  run.ParseFromString(Job(id).run);
+  v1::SliceStatusRequest status;
+  status.mutable_key()->set_job_id(id);
+  status.mutable_key()->set_attempt(1);
+  status.mutable_key()->set_epoch(run.epoch());
+  auto ended = a_->participant->Status("site-a", status);
+  ASSERT_TRUE(ended.ok());
+  EXPECT_EQ(ended->state(), "succeeded");
+  clock_.Advance(11 * 60 * 1000);  // past the finished-slice window
+  a_->participant->Sweep();
+  auto gone = a_->participant->Status("site-a", status);
+  ASSERT_TRUE(gone.ok());
+  EXPECT_EQ(gone->state(), "unknown") << "the finished slice was kept";
+  v1::ReadLogRequest log;
+  log.set_job_id(id);
+  log.set_rank(1);
+  auto other = a_->participant->ReadLog("site-c", log);
+  EXPECT_TRUE(absl::IsPermissionDenied(other.status())) << other.status();
+  auto mine = a_->participant->ReadLog("site-a", log);  // attempt 0: the latest
+  ASSERT_TRUE(mine.ok()) << mine.status();
+  EXPECT_EQ(mine->content(), "hello from site-a\n");
+}
+
 TEST_F(CoordinatorTest, AHoldNeverCommittedExpiresOnTheFakeClock) {
   v1::PrepareRequest prepare;
   prepare.mutable_key()->set_job_id("j-00000000000000aa");
