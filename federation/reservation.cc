@@ -1,5 +1,7 @@
 #include "federation/reservation.h"
 
+#include <algorithm>
+
 #include <cstdio>
 #include <cstdlib>
 #include <set>
@@ -215,15 +217,25 @@ std::vector<std::string> ReservationLedger::ExpireHolds(int64_t now_ms) {
   return out;
 }
 
-void ReservationLedger::Prune(int64_t before_ms) {
+void ReservationLedger::Prune(int64_t before_ms, size_t max_jobs) {
   std::set<std::string> held;
   for (const auto& [key, h] : holds_) held.insert(key.first);
+  std::vector<std::pair<int64_t, std::string>> idle;  // last seen, job
   for (auto it = jobs_.begin(); it != jobs_.end();) {
-    if (!held.contains(it->first) && it->second.last_seen_ms < before_ms) {
+    if (held.contains(it->first)) {
+      ++it;
+    } else if (it->second.last_seen_ms < before_ms) {
       it = jobs_.erase(it);
     } else {
+      idle.emplace_back(it->second.last_seen_ms, it->first);
       ++it;
     }
+  }
+  if (jobs_.size() <= max_jobs) return;
+  std::sort(idle.begin(), idle.end());
+  for (const auto& [seen, job] : idle) {
+    if (jobs_.size() <= max_jobs) break;
+    jobs_.erase(job);
   }
 }
 

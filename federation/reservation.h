@@ -84,8 +84,10 @@ class ReservationLedger {
   // Frees prepared holds past their TTL; returns the job ids released.
   std::vector<std::string> ExpireHolds(int64_t now_ms);
   // Forgets epochs and owners of jobs without holds, last seen before
-  // `before_ms`, so the ledger does not grow with every job ever run.
-  void Prune(int64_t before_ms);
+  // `before_ms`, and then the least recently seen of them past `max_jobs`,
+  // so the ledger does not grow with every job ever run, however fast they
+  // come and go.
+  void Prune(int64_t before_ms, size_t max_jobs = SIZE_MAX);
 
   uint32_t FreeGpus(const std::string& node) const;
   uint32_t TotalFree() const;

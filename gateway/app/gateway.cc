@@ -4,6 +4,7 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
+#include <sqlite3.h>
 
 #include "base/str_cat.h"
 #include "gateway/security/authz.h"
@@ -98,12 +99,15 @@ absl::Status Gateway::Start() {
                        "(compare with fedgate_coordinator_lease_seconds).");
     metrics_->Describe("fedgate_coordinator_lease_seconds", "gauge",
                        "The lease of committed slices.");
+    metrics_->Describe("fedgate_sqlite_memory_bytes", "gauge",
+                       "Heap held by SQLite (page caches of every connection).");
     metrics_->OnScrape([js = job_store_.get(), c = coordinator_.get()](Metrics& m) {
       m.Set("fedgate_job_store_commits_total", {}, static_cast<double>(js->commits()));
       m.Set("fedgate_job_store_largest_batch", {}, static_cast<double>(js->largest_batch()));
       m.Set("fedgate_coordinator_renew_passes_total", {}, static_cast<double>(c->renew_passes()));
       m.Set("fedgate_coordinator_worst_renew_gap_seconds", {}, c->worst_renew_gap_ms() / 1000.0);
       m.Set("fedgate_coordinator_lease_seconds", {}, c->lease_ms() / 1000.0);
+      m.Set("fedgate_sqlite_memory_bytes", {}, static_cast<double>(sqlite3_memory_used()));
     });
   }
   job_service_ = std::make_unique<JobServiceImpl>(core_.get(), job_manager_.get(), authz_.get(),

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <filesystem>
@@ -51,6 +52,10 @@ constexpr int64_t kKillGraceMs = 3000;
 // How long a finished slice's state stays answerable, and its job's epoch
 // and owner remembered.
 constexpr int64_t kFinishedSliceKeepMs = 10 * 60 * 1000;
+// ... but at most this many finished slices (and idle ledger entries): under
+// heavy churn the window shrinks instead of memory growing. A coordinator
+// asks every fifth of a lease, long before a slice ages out.
+constexpr size_t kMaxFinishedSlices = 1024;
 
 }  // namespace
 
@@ -495,7 +500,17 @@ void Participant::Sweep() {
         ++it;
       }
     }
-    ledger_.Prune(federation::SatSub(now, kFinishedSliceKeepMs));
+    size_t finished = 0;
+    for (const auto& [k, sl] : slices_) finished += sl.released ? 1 : 0;
+    if (finished > kMaxFinishedSlices) {
+      std::vector<std::pair<int64_t, SliceKey>> oldest;
+      for (const auto& [k, sl] : slices_) {
+        if (sl.released) oldest.emplace_back(sl.ended_at_ms, k);
+      }
+      std::sort(oldest.begin(), oldest.end());
+      for (size_t i = 0; i < finished - kMaxFinishedSlices; ++i) slices_.erase(oldest[i].second);
+    }
+    ledger_.Prune(federation::SatSub(now, kFinishedSliceKeepMs), 4 * kMaxFinishedSlices);
     ledger_.CheckInvariants();
   }
   if (changed && on_change_) on_change_();

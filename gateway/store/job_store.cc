@@ -234,7 +234,7 @@ absl::StatusOr<std::vector<JobRecord>> JobStore::List(const std::string& tenant,
   st.Text(1, tenant);
   st.Text(2, state);
   st.Text(3, after_id);
-  st.Int(4, std::clamp(limit, 1, 1000));
+  st.Int(4, std::clamp(limit, 1, 10001));  // a page of 10 000 and the one after it
   std::vector<JobRecord> out;
   int rc;
   while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) out.push_back(Row(st.get()));

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <future>
 #include <set>
 #include <thread>
 
@@ -167,6 +168,29 @@ TEST_F(JobStoreTest, ListAllActivePagesPastAnyLimit) {
   std::set<std::string> ids;
   for (const auto& j : *all) ids.insert(j.id);
   EXPECT_EQ(ids.size(), 22u);
+}
+
+}  // namespace
+}  // namespace fedgate::gateway
+
+namespace fedgate::gateway {
+namespace {
+
+// The job API asks for one row past a full page (page_size 1000 -> 1001) to
+// know whether another page follows: the store must return it.
+TEST_F(JobStoreTest, ListReturnsTheRowPastAFullPage) {
+  std::vector<std::future<absl::StatusOr<SubmitOutcome>>> pending;
+  for (int i = 0; i < 1001; ++i) {
+    auto p = std::make_shared<std::promise<absl::StatusOr<SubmitOutcome>>>();
+    pending.push_back(p->get_future());
+    jobs_->SubmitAsync(Job("vision", ""), [p](absl::StatusOr<SubmitOutcome> r) {
+      p->set_value(std::move(r));
+    });
+  }
+  for (auto& f : pending) ASSERT_TRUE(f.get().ok());
+  auto rows = jobs_->List("vision", "", "", 1001);
+  ASSERT_TRUE(rows.ok());
+  EXPECT_EQ(rows->size(), 1001u);
 }
 
 }  // namespace

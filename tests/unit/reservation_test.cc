@@ -197,5 +197,22 @@ TEST_F(LedgerTest, PruneForgetsFinishedJobsOnly) {
   EXPECT_EQ(ledger_.known_jobs(), 1u) << "j2 still holds GPUs";
 }
 
+TEST_F(LedgerTest, PruneKeepsAtMostMaxJobsWithoutHolds) {
+  // Five finished jobs seen at times 1..5, one holding GPUs.
+  for (int i = 1; i <= 5; ++i) {
+    const std::string j = "j" + std::to_string(i);
+    ASSERT_TRUE(ledger_.Prepare(j, 1, 1, kOwner, {{"n1", 1}}, i, kTtl).ok());
+    ASSERT_TRUE(ledger_.Abort(j, 1, 1, "coord").ok());
+  }
+  ASSERT_TRUE(ledger_.Prepare("held", 1, 1, kOwner, {{"n1", 1}}, 0, kTtl).ok());
+  ledger_.Prune(/*before_ms=*/0, /*max_jobs=*/3);
+  EXPECT_EQ(ledger_.known_jobs(), 3u);
+  // The held job and the two most recently seen stay.
+  EXPECT_TRUE(absl::IsPermissionDenied(ledger_.CheckOwner("held", "other")));
+  EXPECT_TRUE(absl::IsPermissionDenied(ledger_.CheckOwner("j5", "other")));
+  EXPECT_TRUE(absl::IsPermissionDenied(ledger_.CheckOwner("j4", "other")));
+  EXPECT_TRUE(ledger_.CheckOwner("j1", "other").ok()) << "the oldest was kept";
+}
+
 }  // namespace
 }  // namespace fedgate::federation
