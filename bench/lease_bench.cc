@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
   Eventually(
       [&] {
         running = 0;
-        for (const auto& j : ListAll(stub.get())) running += j.state() == "RUNNING";
+        for (const auto& j : ListAll(stub.get())) running += j.state() == v1::Job::RUNNING;
         std::fprintf(stderr, "\r%d/%d running", running, jobs);
         return running == jobs;
       },
@@ -111,8 +111,8 @@ int main(int argc, char** argv) {
   int healthy_stopped = 0, c_failed_over = 0;
   for (const auto& j : ListAll(stub.get())) {
     if (site_of.contains(j.id())) {
-      if (j.state() != "RUNNING" || j.attempt() != 1) ++healthy_stopped;
-    } else if (j.attempt() > 1 || j.state() != "RUNNING") {
+      if (j.state() != v1::Job::RUNNING || j.attempt() != 1) ++healthy_stopped;
+    } else if (j.attempt() > 1 || j.state() != v1::Job::RUNNING) {
       ++c_failed_over;
     }
   }

@@ -80,7 +80,7 @@ std::string Submit(v1::JobService::Stub* stub, const std::string& script) {
   return resp.job().id();
 }
 
-std::string State(v1::JobService::Stub* stub, const std::string& id) {
+v1::Job::State State(v1::JobService::Stub* stub, const std::string& id) {
   grpc::ClientContext ctx;
   v1::GetJobRequest req;
   req.set_id(id);
@@ -118,13 +118,13 @@ int main() {
 
   // The reference: a finished 1 MiB log.
   const std::string small_id = Submit(stub.get(), small);
-  Eventually([&] { return State(stub.get(), small_id) == "SUCCEEDED"; }, 60000, 100);
+  Eventually([&] { return State(stub.get(), small_id) == v1::Job::SUCCEEDED; }, 60000, 100);
   Phase ref = ReadLog("1 MiB log, read (reference)", gw, fed.endpoint("site-a"), tls, small_id);
 
   const std::string big_id = Submit(stub.get(), big);
   Phase follow = ReadLog("1 GiB log, followed while written", gw, fed.endpoint("site-a"), tls,
                          big_id);
-  Eventually([&] { return State(stub.get(), big_id) == "SUCCEEDED"; }, 60000, 100);
+  Eventually([&] { return State(stub.get(), big_id) == v1::Job::SUCCEEDED; }, 60000, 100);
   Phase read = ReadLog("1 GiB log, read when finished", gw, fed.endpoint("site-a"), tls, big_id);
 
   std::printf("# gateway RSS while fedctl jobs logs reads a log (target: growth < 64 MiB)\n");

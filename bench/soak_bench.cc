@@ -41,7 +41,7 @@ Usage Measure(pid_t pid) {
   return u;
 }
 
-int Count(v1::JobService::Stub* stub, const std::string& state) {
+int Count(v1::JobService::Stub* stub, v1::Job::State state) {
   int n = 0;
   std::string token;
   do {
@@ -100,8 +100,8 @@ int main(int argc, char** argv) {
   double warm_s = 0;
   int submitted = 0, failed_submits = 0, done = 0;
   while (done < jobs) {
-    const int active = Count(stub.get(), "PENDING") + Count(stub.get(), "RESERVING") +
-                       Count(stub.get(), "RUNNING");
+    const int active = Count(stub.get(), v1::Job::PENDING) + Count(stub.get(), v1::Job::RESERVING) +
+                       Count(stub.get(), v1::Job::RUNNING);
     done = submitted - active;
     for (int i = 0; i < in_flight - active && submitted < jobs; ++i) {
       grpc::ClientContext ctx;
@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
   std::this_thread::sleep_for(std::chrono::seconds(5));
   for (const auto& s : sites) end[s] = Measure(fed.pid(s));
   const double sqlite1 = sqlite_mib();
-  const int succeeded = Count(stub.get(), "SUCCEEDED");
+  const int succeeded = Count(stub.get(), v1::Job::SUCCEEDED);
 
   std::printf("# soak: %d jobs (true, 1 GPU) through 3 sites coordinated by site-a, %d in flight\n",
               jobs, in_flight);

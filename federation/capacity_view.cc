@@ -65,7 +65,7 @@ v1::GetCapacityResponse BuildCapacityView(const std::string& self_site,
   {
     v1::SiteCapacity local;
     local.set_site(self_site);
-    local.set_state("local");
+    local.set_state(v1::SiteCapacity::local);
     std::map<std::string, v1::ModelCapacity> models;
     for (const auto& n : local_nodes) {
       AddNode(&local, &models, n.gpu_model, FreeOf(n, local_free), n.gpus);
@@ -79,7 +79,7 @@ v1::GetCapacityResponse BuildCapacityView(const std::string& self_site,
     const bool down = Silent(stored, now_ms);
     v1::SiteCapacity s;
     s.set_site(ad.origin());
-    s.set_state(down ? "down" : "up");
+    s.set_state(down ? v1::SiteCapacity::down : v1::SiteCapacity::up);
     s.set_seq(ad.seq());
     s.set_age_seconds(std::max<double>(0, (now_ms - ad.issued_at_unix_ms()) / 1000.0));
     std::map<std::string, v1::ModelCapacity> models;

@@ -23,7 +23,7 @@ v1::CapacityAd MakeOwnAd(const std::string& site, const std::vector<Node>& nodes
                          int64_t now_ms, int64_t ttl_ms, int64_t interval_ms,
                          const FreeGpus& free = {});
 
-// Sites sorted by name; the local site has state "local"; withdrawn ads are
+// Sites sorted by name; the local site has state local; withdrawn ads are
 // left out; a silent origin is "down" and offers 0 free GPUs.
 v1::GetCapacityResponse BuildCapacityView(const std::string& self_site,
                                           const std::vector<Node>& local_nodes,

@@ -57,6 +57,31 @@ bool IsTerminal(JobState s) {
   return s == S::kSucceeded || s == S::kFailed || s == S::kCancelled;
 }
 
+v1::Job::State ToProto(JobState s) {
+  switch (s) {
+    case S::kPending: return v1::Job::PENDING;
+    case S::kReserving: return v1::Job::RESERVING;
+    case S::kRunning: return v1::Job::RUNNING;
+    case S::kSucceeded: return v1::Job::SUCCEEDED;
+    case S::kFailed: return v1::Job::FAILED;
+    case S::kCancelled: return v1::Job::CANCELLED;
+  }
+  return v1::Job::STATE_UNSPECIFIED;
+}
+
+std::optional<JobState> FromProto(v1::Job::State s) {
+  for (JobState j : {S::kPending, S::kReserving, S::kRunning, S::kSucceeded, S::kFailed,
+                     S::kCancelled}) {
+    if (ToProto(j) == s) return j;
+  }
+  return std::nullopt;
+}
+
+bool IsTerminal(v1::Job::State s) {
+  auto j = FromProto(s);
+  return j && IsTerminal(*j);
+}
+
 absl::Status CheckTransition(JobState from, JobState to, JobActor who) {
   if (IsTerminal(from)) {
     return absl::FailedPreconditionError(

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "fedgate/v1/jobs.pb.h"
 
 namespace fedgate::federation {
 
@@ -23,6 +24,10 @@ enum class JobActor {
 std::string_view JobStateName(JobState s);
 std::optional<JobState> ParseJobState(std::string_view name);
 bool IsTerminal(JobState s);
+// The API's enum (v1::Job::State) and back; STATE_UNSPECIFIED has no JobState.
+v1::Job::State ToProto(JobState s);
+std::optional<JobState> FromProto(v1::Job::State s);
+bool IsTerminal(v1::Job::State s);
 
 // OK when `who` may move a job from `from` to `to`. A job may stay in its
 // state (a new reason or attempt), except once it ended. FAILED_PRECONDITION

@@ -9,9 +9,9 @@
 namespace fedgate::gateway {
 namespace {
 
-bool TerminalName(const std::string& state) {
-  auto s = federation::ParseJobState(state);
-  return !s || federation::IsTerminal(*s);
+// An unknown state ends a stream too: nothing more will come of it.
+bool Ended(v1::Job::State state) {
+  return !federation::FromProto(state) || federation::IsTerminal(state);
 }
 
 // Sends the job each time its state, attempt or reason changes; ends with OK
@@ -41,7 +41,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::Job> {
     std::lock_guard lock(mu_);
     writing_ = false;
     if (!ok) return FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
-    if (TerminalName(out_.state())) return FinishLocked(grpc::Status::OK);
+    if (Ended(out_.state())) return FinishLocked(grpc::Status::OK);
     if (again_) {
       again_ = false;
       ReadLocked();
@@ -77,7 +77,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::Job> {
   }
   void SendLocked(const v1::Job& j) {
     if (finished_) return;
-    std::string key = j.state() + "|" + std::to_string(j.attempt()) + "|" + j.reason();
+    std::string key = std::to_string(j.state()) + "|" + std::to_string(j.attempt()) + "|" + j.reason();
     if (key == last_) return;
     last_ = std::move(key);
     out_ = j;
@@ -196,7 +196,7 @@ class LogsReactor final : public grpc::ServerWriteReactor<v1::LogsResponse> {
       return;
     }
     // Nothing new. A job that had ended before this read has no more to come.
-    if (!at_.follow() || ended || TerminalName(log->state())) {
+    if (!at_.follow() || ended || Ended(log->state())) {
       return FinishLocked(grpc::Status::OK);
     }
     busy_ = false;

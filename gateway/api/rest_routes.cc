@@ -65,7 +65,15 @@ absl::StatusOr<RestCall> RouteRest(std::string_view method, std::string_view tar
   }
   if (path == kJobs && get) {
     call.kind = RestCall::Kind::kList;
-    if (query.contains("state")) call.list.set_state(query.at("state"));
+    if (query.contains("state") && !query.at("state").empty()) {
+      v1::Job::State s;
+      if (!v1::Job::State_Parse(query.at("state"), &s) || s == v1::Job::STATE_UNSPECIFIED) {
+        return absl::InvalidArgumentError(
+            StrCat("unknown state \"", query.at("state").substr(0, 40),
+                   "\" (want PENDING, RESERVING, RUNNING, SUCCEEDED, FAILED or CANCELLED)"));
+      }
+      call.list.set_state(s);
+    }
     if (query.contains("page_token")) call.list.set_page_token(query.at("page_token"));
     auto size = Number<uint32_t>(query, "page_size");
     if (!size.ok()) return size.status();

@@ -44,7 +44,7 @@ std::string PlanTable(const v1::PlanResponse& resp) {
 
 std::string JobTable(const v1::Job& j) {
   std::string out = absl::StrFormat("job %s (%s) of tenant %s: %s, attempt %u\n  %s\n", j.id(),
-                                    j.name(), j.tenant(), j.state(), j.attempt(), j.reason());
+                                    j.name(), j.tenant(), v1::Job::State_Name(j.state()), j.attempt(), j.reason());
   if (j.has_placement() && j.placement().explanation_size() > 0) {
     out += "\n" + PlanTable(j.placement());
   }
@@ -129,6 +129,13 @@ int Cancel(const Globals& g, const Opts& o) {
 }
 
 int List(const Globals& g, const Opts& o) {
+  v1::Job::State state = v1::Job::STATE_UNSPECIFIED;
+  if (!o.state.empty() &&
+      (!v1::Job::State_Parse(o.state, &state) || state == v1::Job::STATE_UNSPECIFIED)) {
+    Die(StrCat("unknown state \"", o.state,
+               "\" (want PENDING, RESERVING, RUNNING, SUCCEEDED, FAILED or CANCELLED)"),
+        2);
+  }
   auto stub = v1::JobService::NewStub(Connect(g));
   v1::ListJobsResponse all;
   std::string token;
@@ -136,7 +143,7 @@ int List(const Globals& g, const Opts& o) {
     grpc::ClientContext ctx;
     SetDeadline(&ctx);
     v1::ListJobsRequest req;
-    req.set_state(o.state);
+    req.set_state(state);
     req.set_page_token(token);
     req.set_page_size(500);
     v1::ListJobsResponse page;
@@ -146,7 +153,8 @@ int List(const Globals& g, const Opts& o) {
   } while (!token.empty());
   std::vector<std::vector<std::string>> rows;
   for (const auto& j : all.jobs()) {
-    rows.push_back({j.id(), j.name(), j.tenant(), j.state(), absl::StrCat(j.spec().gpus()),
+    rows.push_back({j.id(), j.name(), j.tenant(), v1::Job::State_Name(j.state()),
+                    absl::StrCat(j.spec().gpus()),
                     j.reason()});
   }
   Print(all, g.format(),
@@ -180,10 +188,11 @@ int Watch(const Globals& g, const Opts& o) {
   req.set_id(o.job_id);
   auto reader = stub->Watch(&ctx, req);
   v1::Job j;
-  std::string final_state;
+  v1::Job::State final_state = v1::Job::STATE_UNSPECIFIED;
   while (reader->Read(&j)) {
     if (g.format() == Format::kTable) {
-      std::printf("%s (attempt %u): %s\n", j.state().c_str(), j.attempt(), j.reason().c_str());
+      std::printf("%s (attempt %u): %s\n", v1::Job::State_Name(j.state()).c_str(), j.attempt(),
+                  j.reason().c_str());
     } else {
       v1::GetJobResponse one;
       *one.mutable_job() = j;
@@ -193,7 +202,7 @@ int Watch(const Globals& g, const Opts& o) {
     final_state = j.state();
   }
   CheckRpc(reader->Finish(), g, "jobs watch");
-  return final_state == "SUCCEEDED" ? 0 : 1;
+  return final_state == v1::Job::SUCCEEDED ? 0 : 1;
 }
 
 int VcGet(const Globals& g, const Opts& o) {

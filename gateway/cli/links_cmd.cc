@@ -20,7 +20,7 @@ std::string CapacityTable(const v1::GetCapacityResponse& resp) {
       if (!models.empty()) models += ", ";
       models += StrCat(m.model(), " ", m.free_gpus(), "/", m.total_gpus());
     }
-    rows.push_back({s.site(), s.state(), absl::StrFormat("%.1fs", s.age_seconds()),
+    rows.push_back({s.site(), v1::SiteCapacity::State_Name(s.state()), absl::StrFormat("%.1fs", s.age_seconds()),
                     StrCat(s.free_gpus()), StrCat(s.total_gpus()), models});
   }
   return RenderTable({"SITE", "STATE", "AGE", "FREE", "TOTAL", "MODELS (free/total)"},

@@ -13,7 +13,7 @@ namespace {
 std::string PeersTable(const v1::ListPeersResponse& resp) {
   std::vector<std::vector<std::string>> rows;
   for (const auto& p : resp.peers()) {
-    rows.push_back({p.site(), p.endpoint(), p.state(),
+    rows.push_back({p.site(), p.endpoint(), v1::Peer::State_Name(p.state()),
                     p.last_heard_seconds() < 0 ? "never"
                                                : absl::StrFormat("%.1fs", p.last_heard_seconds()),
                     absl::StrFormat("%.2f", p.rtt_ms()), p.source(), p.last_error()});

@@ -406,15 +406,16 @@ void Coordinator::Judge(JobRecord job, const v1::RunPlan& run,
     while (gap > worst && !worst_gap_ms_.compare_exchange_weak(worst, gap)) {
     }
     seen[site] = now;
-    const std::string& state = st->state();
-    if (state == "held") {
+    const auto state = st->state();
+    if (state == v1::SliceStatusResponse::HELD) {
       // The decision is durable but this site never got its commit (the
       // coordinator restarted in between): re-drive it.
       spdlog::info("job {}: re-sending the commit to {}", job.id, site);
       recommit.push_back(i);
-    } else if (state == "succeeded") {
+    } else if (state == v1::SliceStatusResponse::SUCCEEDED) {
       ++succeeded;
-    } else if (state == "failed" || state == "unknown") {
+    } else if (state == v1::SliceStatusResponse::FAILED ||
+               state == v1::SliceStatusResponse::UNKNOWN) {
       std::string codes;
       for (const auto& [rank, code] : st->exit_codes()) {
         if (code != 0) codes += StrCat(codes.empty() ? "" : ", ", "rank ", rank, " exit ", code);
@@ -422,7 +423,7 @@ void Coordinator::Judge(JobRecord job, const v1::RunPlan& run,
       // Only a silent site is avoided next time: ranks that exited non-zero,
       // a slice stopped by its lease, or a slice lost in a gateway restart
       // say nothing against the site.
-      const bool lost = state == "unknown";
+      const bool lost = state == v1::SliceStatusResponse::UNKNOWN;
       Fail(job, run,
            StrCat("site ", site, ": ", lost ? "lost the slice (gateway restarted?)" : "",
                   st->message(), codes.empty() ? "" : StrCat(" (", codes, ")")),

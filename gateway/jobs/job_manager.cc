@@ -30,7 +30,7 @@ v1::Job JobManager::ToProto(const JobRecord& r, bool with_plan) {
   j.set_id(r.id);
   j.set_name(r.spec.name());
   j.set_tenant(r.tenant);
-  j.set_state(std::string(federation::JobStateName(r.state)));
+  j.set_state(federation::ToProto(r.state));
   j.set_attempt(r.attempt);
   j.set_reason(r.reason);
   *j.mutable_spec() = r.spec;
@@ -146,7 +146,13 @@ absl::StatusOr<v1::ListJobsResponse> JobManager::List(const Identity& caller,
   if (store_ == nullptr) return absl::UnimplementedError("no store in the benchmark baseline");
   const int limit = req.page_size() == 0 ? 100 : static_cast<int>(std::min(req.page_size(), 1000u));
   const std::string tenant = caller.role == Role::kUser ? caller.tenant : "";
-  auto rows = store_->List(tenant, req.state(), req.page_token(), limit + 1);
+  std::string state;  // the store's name of it; empty = every state
+  if (req.state() != v1::Job::STATE_UNSPECIFIED) {
+    auto s = federation::FromProto(req.state());
+    if (!s) return absl::InvalidArgumentError(StrCat("unknown job state ", req.state()));
+    state = std::string(federation::JobStateName(*s));
+  }
+  auto rows = store_->List(tenant, state, req.page_token(), limit + 1);
   if (!rows.ok()) return rows.status();
   v1::ListJobsResponse resp;
   for (int i = 0; i < static_cast<int>(rows->size()) && i < limit; ++i) {
@@ -195,7 +201,7 @@ void JobManager::ReadLogAsync(const JobRecord& job, const v1::LogsRequest& req,
   v1::ReadLogRequest ask;
   ask.set_rank(req.rank());
   ask.set_offset(req.offset());
-  const std::string state(federation::JobStateName(job.state));
+  const v1::Job::State state = federation::ToProto(job.state);
   coordinator_->ReadLogAsync(
       job, ask, [state, done = std::move(done)](absl::StatusOr<v1::ReadLogResponse> log) {
         if (!log.ok()) {

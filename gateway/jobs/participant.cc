@@ -87,7 +87,7 @@ void Participant::CleanUpAfterRestart() {
     s.key.set_job_id(ss.job_id);
     s.key.set_attempt(ss.attempt);
     s.key.set_epoch(ss.epoch);
-    s.state = "failed";
+    s.state = SliceState::FAILED;
     s.message = "the gateway restarted while the slice ran; its ranks were stopped";
     s.stopping = true;
     std::istringstream in(ss.procs);
@@ -135,7 +135,7 @@ void Participant::Stop() {
   // only while a gateway sweeps, so stop them here instead.
   std::lock_guard lock(mu_);
   for (auto& [key, s] : slices_) {
-    if (s.state == "running") StopSliceLocked(&s, "gateway shutting down");
+    if (s.state == SliceState::RUNNING) StopSliceLocked(&s, "gateway shutting down");
   }
   for (auto& [key, s] : slices_) {
     for (auto& r : s.ranks) {
@@ -354,7 +354,7 @@ void Participant::StopSliceLocked(Slice* s, const std::string& why) {
   if (s->stopping) return;
   s->stopping = true;
   s->message = why;
-  if (s->state == "running") s->state = "failed";
+  if (s->state == SliceState::RUNNING) s->state = SliceState::FAILED;
   ledger_.MarkStopping(s->key.job_id(), s->key.epoch());
   for (auto& r : s->ranks) {
     if (!r.exited) exec_.Signal(r.pid, SIGTERM);
@@ -390,12 +390,13 @@ absl::StatusOr<v1::SliceStatusResponse> Participant::Status(const std::string& f
   if (auto st = ledger_.CheckOwner(req.key().job_id(), from); !st.ok()) return st;
   auto it = slices_.find({req.key().job_id(), req.key().epoch()});
   if (it == slices_.end()) {
-    resp.set_state(ledger_.Find(req.key().job_id(), req.key().epoch()) != nullptr ? "held"
-                                                                                 : "unknown");
+    resp.set_state(ledger_.Find(req.key().job_id(), req.key().epoch()) != nullptr
+                       ? SliceState::HELD
+                       : SliceState::UNKNOWN);
     return resp;
   }
   Slice& s = it->second;
-  if (s.state == "running" && !s.stopping) {
+  if (s.state == SliceState::RUNNING && !s.stopping) {
     s.lease_ms = federation::ClampMs(req.lease_ms(), kMinLeaseMs, kMaxLeaseMs);
     s.lease_deadline_ms = federation::SatAdd(clock_->NowMs(), s.lease_ms);
   }
@@ -470,10 +471,10 @@ void Participant::Sweep() {
         all_exited = all_exited && r.exited;
         any_failed = any_failed || (r.exited && r.code != 0);
       }
-      if (s.state == "running" && any_failed && !s.stopping) {
+      if (s.state == SliceState::RUNNING && any_failed && !s.stopping) {
         StopSliceLocked(&s, "a rank failed");
       }
-      if (s.state == "running" && !s.stopping && now > s.lease_deadline_ms) {
+      if (s.state == SliceState::RUNNING && !s.stopping && now > s.lease_deadline_ms) {
         // The coordinator went silent past the lease: stop and free the GPUs.
         StopSliceLocked(&s, "lease expired: the coordinator stopped renewing it");
       }
@@ -482,8 +483,8 @@ void Participant::Sweep() {
           if (!r.exited) exec_.Signal(r.pid, SIGKILL);
         }
       }
-      if (all_exited && s.state == "running" && !s.stopping) {
-        s.state = any_failed ? "failed" : "succeeded";
+      if (all_exited && s.state == SliceState::RUNNING && !s.stopping) {
+        s.state = any_failed ? SliceState::FAILED : SliceState::SUCCEEDED;
       }
       // The GPUs are free only once every rank of the slice has exited.
       if (all_exited && !s.released) {

@@ -26,6 +26,8 @@ namespace fedgate::gateway {
 
 class Store;
 
+using SliceState = v1::SliceStatusResponse;
+
 class Participant {
  public:
   // `store` remembers the rank processes of running slices, so that after a
@@ -74,7 +76,7 @@ class Participant {
     std::vector<RankProc> ranks;
     int64_t lease_deadline_ms = 0;
     int64_t lease_ms = 0;
-    std::string state = "running";  // running, succeeded, failed
+    v1::SliceStatusResponse::State state = v1::SliceStatusResponse::RUNNING;
     std::string message;
     bool stopping = false;
     int64_t kill_at_ms = 0;

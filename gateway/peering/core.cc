@@ -143,7 +143,11 @@ v1::ListPeersResponse GatewayCore::ListPeers() {
     auto* out = resp.add_peers();
     out->set_site(p.site);
     out->set_endpoint(p.endpoint);
-    out->set_state(std::string(federation::PeerStateName(peers_.StateOf(p.site))));
+    switch (peers_.StateOf(p.site)) {
+      case federation::PeerState::kConnecting: out->set_state(v1::Peer::connecting); break;
+      case federation::PeerState::kUp: out->set_state(v1::Peer::up); break;
+      case federation::PeerState::kDown: out->set_state(v1::Peer::down); break;
+    }
     out->set_last_heard_seconds(p.last_heard_ms < 0 ? -1 : (now - p.last_heard_ms) / 1000.0);
     out->set_rtt_ms(p.rtt_ms);
     out->set_source(p.source);

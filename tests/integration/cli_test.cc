@@ -99,7 +99,7 @@ TEST_F(FedctlLive, JsonCapacityIsOneDocumentWithSnakeCaseAndNumbers) {
   google::protobuf::util::JsonParseOptions strict;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(r.out, &parsed, strict).ok()) << r.out;
   ASSERT_EQ(parsed.sites_size(), 1);
-  EXPECT_EQ(parsed.sites(0).state(), "local");
+  EXPECT_EQ(parsed.sites(0).state(), v1::SiteCapacity::local);
   EXPECT_NE(r.out.find("\"free_gpus\":8"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\"age_seconds\":0"), std::string::npos) << "zero values printed";
 

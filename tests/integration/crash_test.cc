@@ -65,7 +65,7 @@ TEST_P(CrashTest, RestartEndsWithTheJobDoneAndEveryGpuFree) {
     (void)google::protobuf::util::JsonStringToMessage(g.out, &resp, lax);
     return resp.job();
   };
-  ASSERT_TRUE(Eventually([&] { return state().state() == "SUCCEEDED"; }, 60000))
+  ASSERT_TRUE(Eventually([&] { return state().state() == v1::Job::SUCCEEDED; }, 60000))
       << c.point << ": " << state().state() << " " << state().reason() << "\n"
       << fed.log("site-a") << fed.log("site-b");
   EXPECT_LE(state().attempt(), 3u);

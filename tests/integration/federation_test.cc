@@ -96,13 +96,13 @@ TEST_F(FederationTest, ThreeSitesConvergeWithTheRightCounts) {
     EXPECT_EQ(Find(*cap, "cn-shanghai")->models(1).model(), "H100");
     EXPECT_EQ(Find(*cap, "cn-shanghai")->models(1).free_gpus(), 4u);
     EXPECT_EQ(Find(*cap, "cn-shenzhen")->free_gpus(), 16u) << viewer;
-    EXPECT_EQ(Find(*cap, viewer)->state(), "local");
+    EXPECT_EQ(Find(*cap, viewer)->state(), v1::SiteCapacity::local);
   }
   auto peers = fed_.Peers("cn-beijing");
   ASSERT_TRUE(peers.has_value());
   ASSERT_EQ(peers->peers_size(), 2);
   for (const auto& p : peers->peers()) {
-    EXPECT_EQ(p.state(), "up") << p.site();
+    EXPECT_EQ(p.state(), v1::Peer::up) << p.site();
     EXPECT_EQ(p.source(), "config");
   }
   EXPECT_EQ(Metric(fed_.ops_port("cn-beijing"), "fedgate_peers_up"), 2);
@@ -196,7 +196,7 @@ TEST_F(FederationTest, FrozenGatewayIsMarkedDownByMissedHeartbeatsAndRecovers) {
   ASSERT_TRUE(Eventually(
       [&] {
         auto peers = fed_.Peers("site-a");
-        return peers && peers->peers_size() == 1 && peers->peers(0).state() == "down";
+        return peers && peers->peers_size() == 1 && peers->peers(0).state() == v1::Peer::down;
       },
       10000, 20));
   std::printf("[ measure ] frozen peer marked down after %.2fs\n", SecondsSince(frozen));
@@ -204,14 +204,14 @@ TEST_F(FederationTest, FrozenGatewayIsMarkedDownByMissedHeartbeatsAndRecovers) {
   ASSERT_TRUE(cap.has_value());
   const auto* sb = Find(*cap, "site-b");
   ASSERT_NE(sb, nullptr) << "the ad has not expired yet";
-  EXPECT_EQ(sb->state(), "down");
+  EXPECT_EQ(sb->state(), v1::SiteCapacity::down);
   EXPECT_EQ(sb->free_gpus(), 0u);
   EXPECT_EQ(Metric(fed_.ops_port("site-a"), "fedgate_peers_up"), 0);
 
   fed_.Kill("site-b", SIGCONT);
   ASSERT_TRUE(Eventually([&] { return fed_.Converged({"site-a", "site-b"}); }, 15000));
   auto peers = fed_.Peers("site-a");
-  EXPECT_EQ(peers->peers(0).state(), "up");
+  EXPECT_EQ(peers->peers(0).state(), v1::Peer::up);
 }
 
 TEST_F(FederationTest, RestartedGatewayRejoinsWithAHigherSeq) {
@@ -230,7 +230,7 @@ TEST_F(FederationTest, RestartedGatewayRejoinsWithAHigherSeq) {
         const auto* sb = cap ? Find(*cap, "site-b") : nullptr;
         // Only a seq above everything seen before can be accepted at all.
         seq_after = sb ? sb->seq() : 0;
-        return sb && sb->state() == "up" && fed_.Converged({"site-a", "site-b"}) &&
+        return sb && sb->state() == v1::SiteCapacity::up && fed_.Converged({"site-a", "site-b"}) &&
                seq_after > seq_before + 1;
       },
       15000));

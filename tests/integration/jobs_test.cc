@@ -55,7 +55,7 @@ TEST_F(JobsTest, SubmitGetListCancelWithTenantsFromCertificates) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const v1::Job job = JobOf(r);
   EXPECT_EQ(job.tenant(), "vision") << "the tenant comes from the certificate";
-  EXPECT_EQ(job.state(), "PENDING");
+  EXPECT_EQ(job.state(), v1::Job::PENDING);
   EXPECT_EQ(job.spec().priority(), "guaranteed") << "defaults filled in";
 
   auto again = Fedctl("alice", {"jobs", "submit", "-f", tmp_ / "long.yaml", "--idempotency-key", "k1"});
@@ -65,8 +65,8 @@ TEST_F(JobsTest, SubmitGetListCancelWithTenantsFromCertificates) {
   auto got = Fedctl("alice", {"jobs", "get", job.id()});
   ASSERT_EQ(got.exit_code, 0) << got.err;
   const v1::Job full = JobOf(got);
-  EXPECT_TRUE(full.state() == "PENDING" || full.state() == "RESERVING" ||
-              full.state() == "RUNNING")
+  EXPECT_TRUE(full.state() == v1::Job::PENDING || full.state() == v1::Job::RESERVING ||
+              full.state() == v1::Job::RUNNING)
       << full.state();
 
   // Another tenant neither sees nor cancels it; the site's admin sees all.
@@ -82,7 +82,7 @@ TEST_F(JobsTest, SubmitGetListCancelWithTenantsFromCertificates) {
 
   auto cancel = Fedctl("alice", {"jobs", "cancel", job.id()});
   ASSERT_EQ(cancel.exit_code, 0) << cancel.err;
-  EXPECT_EQ(JobOf(cancel).state(), "CANCELLED");
+  EXPECT_EQ(JobOf(cancel).state(), v1::Job::CANCELLED);
   EXPECT_NE(Fedctl("alice", {"jobs", "cancel", job.id()}).err.find("already ended"),
             std::string::npos);
 }

@@ -84,21 +84,21 @@ TEST_F(LifecycleTest, CancelWhileAParticipantIsFrozenInPrepareStartsNoRank) {
 
   fed_.Kill("site-b", SIGSTOP);
   const std::string id = Submit("site-a", spec);
-  ASSERT_TRUE(Eventually([&] { return Get("site-a", id).state() == "RESERVING"; }, 5000, 20))
+  ASSERT_TRUE(Eventually([&] { return Get("site-a", id).state() == v1::Job::RESERVING; }, 5000, 20))
       << Get("site-a", id).reason();
   grpc::ClientContext ctx;
   v1::CancelJobRequest cancel;
   cancel.set_id(id);
   v1::CancelJobResponse resp;
   ASSERT_TRUE(Jobs("site-a")->Cancel(&ctx, cancel, &resp).ok());
-  EXPECT_EQ(resp.job().state(), "CANCELLED");
+  EXPECT_EQ(resp.job().state(), v1::Job::CANCELLED);
   fed_.Kill("site-b", SIGCONT);
 
   // The reservation's calls end, the coordinator's passes run again and
   // again: the job stays cancelled and no rank of it ever starts.
   for (int i = 0; i < 40; ++i) {
     const v1::Job j = Get("site-a", id);
-    ASSERT_EQ(j.state(), "CANCELLED") << "after " << i * 100 << " ms: " << j.reason();
+    ASSERT_EQ(j.state(), v1::Job::CANCELLED) << "after " << i * 100 << " ms: " << j.reason();
     ASSERT_FALSE(std::filesystem::exists(marker)) << "a rank of the cancelled job started";
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
@@ -116,7 +116,7 @@ TEST_F(LifecycleTest, ASiteOtherThanTheCoordinatorIsRefusedOnEveryParticipantCal
   spec.set_gpus(3);  // only site-b has 3
   for (const char* a : {"sleep", "60"}) spec.add_command(a);
   const std::string id = Submit("site-a", spec);
-  ASSERT_TRUE(Eventually([&] { return Get("site-a", id).state() == "RUNNING"; }, 20000))
+  ASSERT_TRUE(Eventually([&] { return Get("site-a", id).state() == v1::Job::RUNNING; }, 20000))
       << Get("site-a", id).reason();
   const v1::Job job = Get("site-a", id);
   ASSERT_EQ(job.run().sites(0).site(), "site-b");
@@ -188,7 +188,7 @@ TEST_F(LifecycleTest, ASiteOtherThanTheCoordinatorIsRefusedOnEveryParticipantCal
   }
   // Nothing the intruder sent touched the job.
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-  EXPECT_EQ(Get("site-a", id).state(), "RUNNING") << Get("site-a", id).reason();
+  EXPECT_EQ(Get("site-a", id).state(), v1::Job::RUNNING) << Get("site-a", id).reason();
 }
 
 TEST_F(LifecycleTest, SixtyFourFedctlProcessesSubmitAtOnce) {
@@ -234,7 +234,7 @@ TEST_F(LifecycleTest, ALargeLogIsFollowedToItsEndInChunks) {
                       {}, 120000);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(std::stol(r.out), kBytes + 5) << "every byte once, up to END";
-  EXPECT_EQ(Get("site-a", id).state(), "SUCCEEDED");
+  EXPECT_EQ(Get("site-a", id).state(), v1::Job::SUCCEEDED);
 }
 
 TEST_F(LifecycleTest, StreamsPerCallerAreCapped) {
@@ -365,9 +365,9 @@ TEST_F(LifecycleTest, AbortUnderLoadNeverDoubleBooksAGpu) {
     for (size_t i = 0; i < order.size(); ++i) {
       if (left.count(order[i]) == 0) continue;
       const v1::Job j = Get("site-a", order[i]);
-      if (j.state() == "SUCCEEDED" || j.state() == "FAILED" || j.state() == "CANCELLED") {
+      if (j.state() == v1::Job::SUCCEEDED || j.state() == v1::Job::FAILED || j.state() == v1::Job::CANCELLED) {
         left.erase(order[i]);
-      } else if (i % 2 == 1 && j.state() == "RUNNING") {
+      } else if (i % 2 == 1 && j.state() == v1::Job::RUNNING) {
         grpc::ClientContext ctx;
         v1::CancelJobRequest req;
         req.set_id(order[i]);
@@ -419,7 +419,7 @@ TEST_F(LifecycleTest, OpenStreamsHoldNoThreadAndWakeOnStateChanges) {
   spec.set_gpus(1);
   for (const char* a : {"sleep", "60"}) spec.add_command(a);
   const std::string id = Submit("site-a", spec);
-  ASSERT_TRUE(Eventually([&] { return Get("site-a", id).state() == "RUNNING"; }, 10000));
+  ASSERT_TRUE(Eventually([&] { return Get("site-a", id).state() == v1::Job::RUNNING; }, 10000));
   auto stub = Jobs("site-a");
   const pid_t pid = fed_.pid("site-a");
   const int before = Threads(pid);
@@ -436,7 +436,7 @@ TEST_F(LifecycleTest, OpenStreamsHoldNoThreadAndWakeOnStateChanges) {
     watches.push_back(stub->Watch(ctxs.back().get(), wreq));
     v1::Job j;
     ASSERT_TRUE(watches.back()->Read(&j)) << "watch " << i;
-    ASSERT_EQ(j.state(), "RUNNING");
+    ASSERT_EQ(j.state(), v1::Job::RUNNING);
   }
   v1::LogsRequest lreq;
   lreq.set_id(id);
@@ -471,7 +471,7 @@ TEST_F(LifecycleTest, OpenStreamsHoldNoThreadAndWakeOnStateChanges) {
   for (int i = 0; i < kWatches; ++i) {
     v1::Job j;
     ASSERT_TRUE(watches[i]->Read(&j)) << "watch " << i;
-    EXPECT_EQ(j.state(), "CANCELLED");
+    EXPECT_EQ(j.state(), v1::Job::CANCELLED);
     EXPECT_FALSE(watches[i]->Read(&j));
     EXPECT_TRUE(watches[i]->Finish().ok());
   }

@@ -53,7 +53,7 @@ class RunTest : public ::testing::Test {
     (void)google::protobuf::util::JsonStringToMessage(r.out, &resp, lax);
     return resp.job();
   }
-  bool WaitState(const std::string& site, const std::string& id, const std::string& state,
+  bool WaitState(const std::string& site, const std::string& id, v1::Job::State state,
                  int timeout_ms) {
     return Eventually([&] { return Get(site, id).state() == state; }, timeout_ms, 100);
   }
@@ -80,7 +80,7 @@ TEST_F(RunTest, StitchedJobFormsOneWorldWithAConsistentEnvironment) {
   ASSERT_TRUE(Eventually([&] { return fed_.Converged({"site-a", "site-b", "site-c"}); }, 15000));
   const std::string id = Submit(
       "site-a", "name: ar\ngpus: 12\ngpu_models: [A100-80GB]\ncommand: [" + AllreduceBin() + "]\n");
-  ASSERT_TRUE(WaitState("site-a", id, "SUCCEEDED", 60000))
+  ASSERT_TRUE(WaitState("site-a", id, v1::Job::SUCCEEDED, 60000))
       << Get("site-a", id).reason() << fed_.log("site-a");
   const v1::Job job = Get("site-a", id);
   ASSERT_EQ(job.run().sites_size(), 2);
@@ -136,7 +136,7 @@ TEST_F(RunTest, CompetingJobsNeverOverbookAndCancelFreesEveryGpu) {
   for (int i = 0; i < 30; ++i) {
     int n = 0;
     for (const auto& id : ids) {
-      if (Get("site-a", id).state() == "RUNNING") {
+      if (Get("site-a", id).state() == v1::Job::RUNNING) {
         ++n;
         running = id;
       }
@@ -159,7 +159,7 @@ TEST_F(RunTest, CompetingJobsNeverOverbookAndCancelFreesEveryGpu) {
       },
       10000))
       << fed_.log("site-b");
-  EXPECT_EQ(Get("site-a", running).state(), "CANCELLED");
+  EXPECT_EQ(Get("site-a", running).state(), v1::Job::CANCELLED);
   EXPECT_TRUE(fed_.Capacity("site-a").has_value()) << "both gateways alive: no invariant broke";
   EXPECT_TRUE(fed_.Capacity("site-b").has_value());
 }
@@ -169,7 +169,7 @@ TEST_F(RunTest, AFailingRankUsesUpTheAttemptsAndFailsWithAReason) {
   fed_.StartAll();
   ASSERT_TRUE(fed_.WaitReady("site-a"));
   const std::string id = Submit("site-a", "name: bad\ngpus: 2\nmax_attempts: 2\ncommand: [false]\n");
-  ASSERT_TRUE(WaitState("site-a", id, "FAILED", 30000)) << Get("site-a", id).reason();
+  ASSERT_TRUE(WaitState("site-a", id, v1::Job::FAILED, 30000)) << Get("site-a", id).reason();
   const v1::Job job = Get("site-a", id);
   EXPECT_EQ(job.attempt(), 2u);
   EXPECT_NE(job.reason().find("attempt 2 of 2 failed"), std::string::npos) << job.reason();
@@ -190,11 +190,11 @@ TEST_F(RunTest, AKilledParticipantMakesTheJobRetryElsewhere) {
       15000));
   // 6 GPUs need two sites; ties break by name, so site-a + site-b first.
   const std::string id = Submit("site-a", "name: s\ngpus: 6\ncommand: [sleep, '4']\n");
-  ASSERT_TRUE(WaitState("site-a", id, "RUNNING", 20000)) << Get("site-a", id).reason();
+  ASSERT_TRUE(WaitState("site-a", id, v1::Job::RUNNING, 20000)) << Get("site-a", id).reason();
   const v1::Job first = Get("site-a", id);
   ASSERT_EQ(first.run().sites(1).site(), "site-b");
   fed_.Kill("site-b", SIGKILL);
-  ASSERT_TRUE(WaitState("site-a", id, "SUCCEEDED", 60000)) << Get("site-a", id).reason();
+  ASSERT_TRUE(WaitState("site-a", id, v1::Job::SUCCEEDED, 60000)) << Get("site-a", id).reason();
   const v1::Job done = Get("site-a", id);
   EXPECT_EQ(done.attempt(), 2u);
   ASSERT_EQ(done.run().sites_size(), 2);
@@ -210,7 +210,7 @@ TEST_F(RunTest, AFrozenCoordinatorsSlicesStopAtTheLeaseAndFreeTheirGpus) {
   ASSERT_TRUE(Eventually([&] { return fed_.Converged({"site-a", "site-b"}); }, 15000));
   const std::string id =
       Submit("site-a", "name: s\ngpus: 4\nallowed_sites: [site-b]\ncommand: [sleep, '60']\n");
-  ASSERT_TRUE(WaitState("site-a", id, "RUNNING", 20000)) << Get("site-a", id).reason();
+  ASSERT_TRUE(WaitState("site-a", id, v1::Job::RUNNING, 20000)) << Get("site-a", id).reason();
   ASSERT_TRUE(Eventually([&] { return Free("site-b", "site-b") == 0; }, 5000));
   fed_.Kill("site-a", SIGSTOP);
   const auto frozen = std::chrono::steady_clock::now();
@@ -237,7 +237,7 @@ TEST_F(RunTest, APyTorchGlooProgramFormsOneWorldAcrossSites) {
   const std::string script = std::string(FEDGATE_SOURCE_DIR) + "/deploy/workload/torch_allreduce.py";
   const std::string id =
       Submit("site-a", "name: torch\ngpus: 4\ncommand: [/usr/bin/python3, " + script + "]\n");
-  ASSERT_TRUE(WaitState("site-a", id, "SUCCEEDED", 120000)) << Get("site-a", id).reason();
+  ASSERT_TRUE(WaitState("site-a", id, v1::Job::SUCCEEDED, 120000)) << Get("site-a", id).reason();
   for (int r = 0; r < 4; ++r) {
     auto log = RunCommand({FedctlBin(), "--gateway", fed_.endpoint("site-a"), "--tls-dir",
                            tmp_ / "alice", "jobs", "logs", id, "--rank", std::to_string(r)});

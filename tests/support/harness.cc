@@ -203,7 +203,9 @@ std::vector<std::string> TestFederation::LiveSites(const std::string& site) {
   auto cap = Capacity(site);
   if (!cap) return out;
   for (const auto& s : cap->sites()) {
-    if (s.state() == "up" || s.state() == "local") out.push_back(s.site());
+    if (s.state() == v1::SiteCapacity::up || s.state() == v1::SiteCapacity::local) {
+      out.push_back(s.site());
+    }
   }
   return out;
 }

@@ -23,7 +23,7 @@ TEST(CapacityView, LocalSiteFirstClassAndModelsSummed) {
   auto view = BuildCapacityView("cn-shanghai", Nodes(), {}, 1000);
   ASSERT_EQ(view.sites_size(), 1);
   const auto& s = view.sites(0);
-  EXPECT_EQ(s.state(), "local");
+  EXPECT_EQ(s.state(), v1::SiteCapacity::local);
   EXPECT_EQ(s.free_gpus(), 8u);
   EXPECT_EQ(s.total_gpus(), 8u);
   ASSERT_EQ(s.models_size(), 2);
@@ -43,12 +43,12 @@ TEST(CapacityView, SilentOriginIsDownWithNoFreeGpusAndWithdrawnIsGone) {
   auto view = BuildCapacityView("cn-beijing", {}, store.Fresh(), clock.NowMs());
   ASSERT_EQ(view.sites_size(), 2) << "withdrawn cn-shenzhen is left out";
   EXPECT_EQ(view.sites(1).site(), "cn-shanghai");
-  EXPECT_EQ(view.sites(1).state(), "up");
+  EXPECT_EQ(view.sites(1).state(), v1::SiteCapacity::up);
   EXPECT_EQ(view.sites(1).free_gpus(), 8u);
 
   clock.Advance(kMissedIntervalsForDown * 1000 + 1);
   view = BuildCapacityView("cn-beijing", {}, store.Fresh(), clock.NowMs());
-  EXPECT_EQ(view.sites(1).state(), "down");
+  EXPECT_EQ(view.sites(1).state(), v1::SiteCapacity::down);
   EXPECT_EQ(view.sites(1).free_gpus(), 0u);
   EXPECT_EQ(view.sites(1).total_gpus(), 8u);
   EXPECT_NEAR(view.sites(1).age_seconds(), 3.001, 1e-9);

@@ -303,7 +303,7 @@ TEST_F(CoordinatorTest, AFrozenSiteDoesNotDelayRenewalsElsewhere) {
   st.mutable_key()->set_epoch(run_a.epoch());
   auto status = a_->participant->Status("site-a", st);
   ASSERT_TRUE(status.ok()) << status.status();
-  EXPECT_EQ(status->state(), "running") << status->message();
+  EXPECT_EQ(status->state(), v1::SliceStatusResponse::RUNNING) << status->message();
   fakes_.Thaw("site-b");
 }
 
@@ -359,7 +359,7 @@ TEST_F(CoordinatorTest, OnlyTheCoordinatorMayCallAParticipantAboutItsJob) {
   // ... and the slice runs on.
   auto still = b->Status("site-a", status);
   ASSERT_TRUE(still.ok());
-  EXPECT_EQ(still->state(), "running");
+  EXPECT_EQ(still->state(), v1::SliceStatusResponse::RUNNING);
 }
 
 // Finished slices and their holds are pruned (state stays bounded), yet the
@@ -377,12 +377,12 @@ TEST_F(CoordinatorTest, LogsStayOwnedAfterTheirSliceIsForgotten) {
   status.mutable_key()->set_epoch(run.epoch());
   auto ended = a_->participant->Status("site-a", status);
   ASSERT_TRUE(ended.ok());
-  EXPECT_EQ(ended->state(), "succeeded");
+  EXPECT_EQ(ended->state(), v1::SliceStatusResponse::SUCCEEDED);
   clock_.Advance(11 * 60 * 1000);  // past the finished-slice window
   a_->participant->Sweep();
   auto gone = a_->participant->Status("site-a", status);
   ASSERT_TRUE(gone.ok());
-  EXPECT_EQ(gone->state(), "unknown") << "the finished slice was kept";
+  EXPECT_EQ(gone->state(), v1::SliceStatusResponse::UNKNOWN) << "the finished slice was kept";
   v1::ReadLogRequest log;
   log.set_job_id(id);
   log.set_rank(1);
