@@ -46,18 +46,7 @@ int main(int argc, char** argv) {
   TestCa ca;
   TestFederation fed(&ca);
   const std::vector<std::string> sites = {"site-a", "site-b", "site-c"};
-  for (const auto& s : sites) {
-    SiteOptions o;
-    o.site = s;
-    for (const auto& p : sites) {
-      if (p != s) o.peers.push_back(p);
-    }
-    o.interval = "500ms";
-    o.ttl = "2500ms";
-    o.node_lines = {"{name: " + s + "-n1, address: 127.0.0.1, gpu_model: A100-80GB, gpus: " +
-                    std::to_string(per_site) + "}"};
-    fed.AddSite(o);
-  }
+  fed.AddMesh(sites, per_site);
   fed.StartAll();
   if (!Eventually([&] { return fed.Converged(sites); }, 30000)) {
     std::fprintf(stderr, "federation did not converge\n");

@@ -25,6 +25,7 @@
 #include "fedgate/v1/jobs.grpc.pb.h"
 #include "gateway/security/certs.h"
 #include "gateway/security/tls.h"
+#include "tests/support/harness.h"
 
 extern char** environ;
 
@@ -32,18 +33,6 @@ namespace {
 
 using namespace fedgate;
 using Clock = std::chrono::steady_clock;
-
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 struct Result {
   double jobs_per_s = 0, p50_ms = 0, p99_ms = 0;
@@ -57,7 +46,7 @@ pid_t StartGateway(const std::string& config, const std::string& log, bool no_st
   std::vector<char*> cenv, argv;
   for (auto& e : env) cenv.push_back(e.data());
   cenv.push_back(nullptr);
-  std::string bin = FEDGATE_BIN, flag = "--config", cfg = config;
+  std::string bin = testing::FedgateBin(), flag = "--config", cfg = config;
   argv = {bin.data(), flag.data(), cfg.data(), nullptr};
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
@@ -178,11 +167,11 @@ int main(int argc, char** argv) {
   (void)gateway::WriteFileAtomic(dir + "/ca.pem", ca.cert_pem, 0644);
   (void)gateway::WriteFileAtomic(dir + "/cert.pem", gw_kc.cert_pem, 0644);
   (void)gateway::WriteFileAtomic(dir + "/key.pem", gw_kc.key_pem, 0600);
-  const int grpc_port = FreePort(), ops_port = FreePort();
+  const int grpc_port = testing::FreePort(), ops_port = testing::FreePort();
   const std::string endpoint = "127.0.0.1:" + std::to_string(grpc_port);
   std::ofstream(dir + "/fedgate.yaml")
       << "site: cn-beijing\nfederation: aidc\nlisten: {grpc: " << endpoint
-      << ", ops: 127.0.0.1:" << ops_port << ", http: 127.0.0.1:" << FreePort() << "}\n"
+      << ", ops: 127.0.0.1:" << ops_port << ", http: 127.0.0.1:" << testing::FreePort() << "}\n"
       << "tls: {ca: ca.pem, cert: cert.pem, key: key.pem}\ndata_dir: data\n"
       << "inventory:\n  nodes:\n    - {name: n1, address: 127.0.0.1, gpu_model: H100, gpus: 8}\n";
 

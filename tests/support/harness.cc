@@ -102,6 +102,21 @@ void TestFederation::AddSite(const SiteOptions& opts) {
   sites_[opts.site] = std::move(s);
 }
 
+void TestFederation::AddMesh(const std::vector<std::string>& sites, int gpus) {
+  for (const auto& s : sites) {
+    SiteOptions o;
+    o.site = s;
+    for (const auto& p : sites) {
+      if (p != s) o.peers.push_back(p);
+    }
+    o.interval = "500ms";
+    o.ttl = "2500ms";
+    o.node_lines = {"{name: " + s + "-n1, address: 127.0.0.1, gpu_model: A100-80GB, gpus: " +
+                    std::to_string(gpus) + "}"};
+    AddSite(o);
+  }
+}
+
 std::string TestFederation::endpoint(const std::string& site) const {
   return "127.0.0.1:" + std::to_string(sites_.at(site).grpc_port);
 }

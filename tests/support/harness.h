@@ -57,6 +57,9 @@ class TestFederation {
 
   // Allocates ports and writes certificates; configs are written at Start.
   void AddSite(const SiteOptions& opts);
+  // Sites that all peer with each other, one node of `gpus` A100s each,
+  // advertising every 500 ms (for benchmarks over a whole federation).
+  void AddMesh(const std::vector<std::string>& sites, int gpus);
   // `env`: extra NAME=VALUE for this start only (e.g. FEDGATE_CRASH_AT).
   void Start(const std::string& site, const std::vector<std::string>& env = {});
   // Waits for the site's process to exit; its exit code (128+signal).
