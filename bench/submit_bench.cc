@@ -37,6 +37,7 @@ using Clock = std::chrono::steady_clock;
 struct Result {
   double jobs_per_s = 0, p50_ms = 0, p99_ms = 0;
   uint64_t ok = 0, failed = 0;
+  std::string first_error;  // of the failed calls, for the report
 };
 
 pid_t StartGateway(const std::string& config, const std::string& log, bool no_store) {
@@ -76,6 +77,7 @@ Result Run(const std::string& endpoint, int ops_port, const gateway::KeyAndCert&
   std::mutex mu;
   std::vector<double> lat_ms;
   std::atomic<uint64_t> ok{0}, failed{0};
+  std::string first_error;
   const auto end = Clock::now() + std::chrono::seconds(seconds);
   std::vector<std::thread> threads;
   for (int c = 0; c < clients; ++c) {
@@ -105,6 +107,12 @@ Result Run(const std::string& endpoint, int ops_port, const gateway::KeyAndCert&
           mine.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
         }
         (st.ok() ? ok : failed)++;
+        if (!st.ok()) {
+          std::lock_guard lock(mu);
+          if (first_error.empty()) {
+            first_error = std::to_string(st.error_code()) + ": " + st.error_message();
+          }
+        }
       }
       std::lock_guard lock(mu);
       lat_ms.insert(lat_ms.end(), mine.begin(), mine.end());
@@ -115,6 +123,7 @@ Result Run(const std::string& endpoint, int ops_port, const gateway::KeyAndCert&
   Result r;
   r.ok = ok;
   r.failed = failed;
+  r.first_error = first_error;
   r.jobs_per_s = static_cast<double>(ok) / seconds;
   if (!lat_ms.empty()) {
     r.p50_ms = lat_ms[lat_ms.size() / 2];
@@ -201,6 +210,9 @@ int main(int argc, char** argv) {
               static_cast<unsigned long>(durable.ok), batch.c_str());
   // A failed call is a failure of the benchmark, never a fast success.
   const bool no_failures = durable.failed == 0 && base.failed == 0;
+  for (const Result* r : {&durable, &base}) {
+    if (!r->first_error.empty()) std::printf("# first failure: %s\n", r->first_error.c_str());
+  }
   std::printf("# failed calls: %lu durable, %lu no-store: %s\n",
               static_cast<unsigned long>(durable.failed), static_cast<unsigned long>(base.failed),
               no_failures ? "OK" : "FAILED");

@@ -64,7 +64,7 @@ absl::StatusOr<Identity> Authorizer::Authorize(const grpc::AuthContext& ctx, Rpc
   if (pems.empty()) {
     return refuse(absl::UnauthenticatedError("no client certificate"), "no_certificate");
   }
-  auto id = IdentityFromCertPem(std::string_view(pems[0].data(), pems[0].size()));
+  auto id = CachedIdentity(std::string(pems[0].data(), pems[0].size()));
   if (!id.ok()) {
     return refuse(absl::UnauthenticatedError(fedgate::StrCat("client certificate refused: ",
                                                           id.status().message())),
@@ -73,6 +73,19 @@ absl::StatusOr<Identity> Authorizer::Authorize(const grpc::AuthContext& ctx, Rpc
   if (auto st = Decide(*id, cls, federation_, site_, approved_); !st.ok()) {
     return refuse(st, "role");
   }
+  return id;
+}
+
+absl::StatusOr<Identity> Authorizer::CachedIdentity(const std::string& pem) const {
+  {
+    std::lock_guard lock(cache_mu_);
+    auto it = cache_.find(pem);
+    if (it != cache_.end()) return it->second;
+  }
+  auto id = IdentityFromCertPem(pem);
+  std::lock_guard lock(cache_mu_);
+  if (cache_.size() >= kMaxCachedIdentities) cache_.clear();
+  cache_.emplace(pem, id);
   return id;
 }
 

@@ -5,6 +5,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include <functional>
+#include <mutex>
+#include <unordered_map>
 #include <string>
 #include <string_view>
 
@@ -39,6 +41,14 @@ class Authorizer {
   std::string site_;
   std::function<bool(std::string_view)> approved_;
   Metrics* metrics_;
+  // Identities of recently seen certificates, by their exact PEM: parsing
+  // X.509 on every call cost more CPU than the rest of a submit. The
+  // handshake has verified the chain; the identity is a pure function of the
+  // certificate. Cleared when full.
+  static constexpr size_t kMaxCachedIdentities = 1024;
+  absl::StatusOr<Identity> CachedIdentity(const std::string& pem) const;
+  mutable std::mutex cache_mu_;
+  mutable std::unordered_map<std::string, absl::StatusOr<Identity>> cache_;
 };
 
 grpc::Status ToGrpc(const absl::Status& st);

@@ -96,6 +96,8 @@ JobStore::~JobStore() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  ForgetStatements(writer_);
+  ForgetStatements(reader_);
   sqlite3_close(writer_);
   sqlite3_close(reader_);
 }
@@ -138,17 +140,15 @@ void JobStore::WriterLoop() {
     // One transaction for the whole batch; each write runs in a savepoint so
     // one failing write does not undo the others.
     std::vector<absl::Status> results(batch.size());
-    absl::Status txn = sqlite3_exec(writer_, "BEGIN IMMEDIATE;", nullptr, nullptr, nullptr) ==
-                               SQLITE_OK
-                           ? absl::OkStatus()
-                           : SqlError(writer_, "begin");
+    absl::Status txn = SqlStmt(writer_, "BEGIN IMMEDIATE;").Run() ? absl::OkStatus()
+                                                                 : SqlError(writer_, "begin");
     for (size_t i = 0; i < batch.size() && txn.ok(); ++i) {
-      sqlite3_exec(writer_, "SAVEPOINT w;", nullptr, nullptr, nullptr);
+      (void)SqlStmt(writer_, "SAVEPOINT w;").Run();
       results[i] = batch[i]->apply(writer_);
-      sqlite3_exec(writer_, results[i].ok() ? "RELEASE w;" : "ROLLBACK TO w; RELEASE w;", nullptr,
-                   nullptr, nullptr);
+      if (!results[i].ok()) (void)SqlStmt(writer_, "ROLLBACK TO w;").Run();
+      (void)SqlStmt(writer_, "RELEASE w;").Run();
     }
-    if (txn.ok() && sqlite3_exec(writer_, "COMMIT;", nullptr, nullptr, nullptr) != SQLITE_OK) {
+    if (txn.ok() && !SqlStmt(writer_, "COMMIT;").Run()) {
       txn = SqlError(writer_, "commit");
       sqlite3_exec(writer_, "ROLLBACK;", nullptr, nullptr, nullptr);
     }

@@ -76,7 +76,10 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& data_dir) 
   return store;
 }
 
-Store::~Store() { sqlite3_close(db_); }
+Store::~Store() {
+  ForgetStatements(db_);
+  sqlite3_close(db_);
+}
 
 absl::Status Store::Exec(const std::string& sql) {
   char* err = nullptr;
