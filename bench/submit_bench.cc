@@ -70,9 +70,14 @@ std::string Scrape(int port, const std::string& name) {
 
 Result Run(const std::string& endpoint, int ops_port, const gateway::KeyAndCert& user,
            const std::string& ca, int clients, int seconds) {
-  // Clients start once the gateway serves, so start-up is not timed.
-  for (int i = 0; i < 200 && Scrape(ops_port, "fedgate_peers_approved") == "?"; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Clients start once the gateway is ready (/readyz: every listener up),
+  // so start-up is not timed. The ops port answers earlier than gRPC does:
+  // waiting for a metric instead let calls race the gRPC listener and fail.
+  for (int i = 0; i < 400; ++i) {
+    int status = 0;
+    (void)testing::HttpGet(ops_port, "/readyz", &status);
+    if (status == 200) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
   }
   std::mutex mu;
   std::vector<double> lat_ms;
