@@ -25,6 +25,7 @@ namespace {
 struct Usage {
   double rss_mib = 0;
   int fds = 0;
+  int threads = 0;
 };
 
 Usage Measure(pid_t pid) {
@@ -33,6 +34,7 @@ Usage Measure(pid_t pid) {
   std::string line;
   while (std::getline(in, line)) {
     if (line.rfind("VmRSS:", 0) == 0) u.rss_mib = std::stod(line.substr(6)) / 1024.0;
+    if (line.rfind("Threads:", 0) == 0) u.threads = std::stoi(line.substr(8));
   }
   if (DIR* d = opendir(("/proc/" + std::to_string(pid) + "/fd").c_str())) {
     while (dirent* e = readdir(d)) u.fds += e->d_name[0] != '.';
@@ -126,15 +128,15 @@ int main(int argc, char** argv) {
               jobs, in_flight);
   std::printf("# %d succeeded in %.1f s: %.1f jobs/s (warm-up of %d jobs took %.1f s)\n",
               succeeded, run_s, jobs / run_s, warmup, warm_s);
-  std::printf("%-8s %10s %10s %10s %8s %6s %6s %6s %8s\n", "site", "rss0_MiB", "rss_warm",
-              "rss_end", "growth", "fds0", "fds_w", "fds_e", "fd_diff");
+  std::printf("%-8s %10s %10s %10s %8s %6s %6s %6s %8s %9s\n", "site", "rss0_MiB", "rss_warm",
+              "rss_end", "growth", "fds0", "fds_w", "fds_e", "fd_diff", "threads");
   bool ok = succeeded == jobs && failed_submits == 0;
   for (const auto& s : sites) {
     const double growth = (end[s].rss_mib - start[s].rss_mib) / start[s].rss_mib;
     const int fd_diff = end[s].fds - start[s].fds;
-    std::printf("%-8s %10.1f %10.1f %10.1f %7.1f%% %6d %6d %6d %8d\n", s.c_str(),
+    std::printf("%-8s %10.1f %10.1f %10.1f %7.1f%% %6d %6d %6d %8d %4d->%-4d\n", s.c_str(),
                 start[s].rss_mib, warm[s].rss_mib, end[s].rss_mib, growth * 100, start[s].fds,
-                warm[s].fds, end[s].fds, fd_diff);
+                warm[s].fds, end[s].fds, fd_diff, start[s].threads, end[s].threads);
     ok = ok && growth < 0.10 && std::abs(fd_diff) <= 5;
   }
   std::printf("# RSS growth after the warm-up: ");

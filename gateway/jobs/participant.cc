@@ -511,7 +511,7 @@ void Participant::Sweep() {
       std::sort(oldest.begin(), oldest.end());
       for (size_t i = 0; i < finished - kMaxFinishedSlices; ++i) slices_.erase(oldest[i].second);
     }
-    ledger_.Prune(federation::SatSub(now, kFinishedSliceKeepMs), 4 * kMaxFinishedSlices);
+    ledger_.Prune(federation::SatSub(now, kFinishedSliceKeepMs), 2 * kMaxFinishedSlices);
     ledger_.CheckInvariants();
   }
   if (changed && on_change_) on_change_();
