@@ -1,4 +1,5 @@
-// Thin gRPC adapters: authorize the call, hand it to GatewayCore, reply.
+// Thin gRPC adapters: authorize the call, hand it to its manager (GatewayCore,
+// Participant, JobManager, Prober, BenchHost), reply.
 #pragma once
 
 #include "fedgate/v1/admin.grpc.pb.h"

@@ -1,8 +1,7 @@
 // The coordinator's job API: submit (durable, idempotent), get, list, cancel,
-// logs and the wake-ups of Watch/Logs streams (job_streams.h). Tenants come
-// from the caller's identity. Cancel is a
-// compare-and-set through the job state machine; the Coordinator reserves and
-// runs what is queued.
+// logs and the wake-ups of Watch/Logs streams (api/job_streams.h). Tenants
+// come from the caller's identity. Cancel is a compare-and-set through the job
+// state machine; the Coordinator reserves and runs what is queued.
 #pragma once
 
 #include <functional>
