@@ -9,6 +9,7 @@
 
 #include "base/str_cat.h"
 #include "gateway/security/authz.h"
+#include "gateway/security/certs.h"
 #include "gateway/peering/bench_host.h"
 #include "gateway/peering/prober.h"
 #include "gateway/jobs/coordinator.h"
@@ -149,6 +150,13 @@ absl::Status Gateway::Start() {
   advertiser_ = std::thread([this] { AdvertiseLoop(); });
   participant_->Start();
   if (coordinator_) coordinator_->Start();
+  // The ports actually bound (a listen address may say port 0), for scripts
+  // and tests: "grpc N", "http N", "ops N", one per line.
+  const std::string ports = fedgate::StrCat("grpc ", grpc_port_, "\nhttp ", rest_ ? rest_->port() : 0,
+                                            "\nops ", ops_->port(), "\n");
+  if (auto st = WriteFileAtomic(config_.data_dir + "/ports", ports, 0644); !st.ok()) {
+    spdlog::warn("cannot write {}/ports: {}", config_.data_dir, std::string(st.message()));
+  }
   ready_ = true;
   spdlog::info("fedgate {} site {} (federation {}) serving gRPC on port {}, REST on port {}, ops "
                "on port {}; {} node(s), {} approved peer(s)",

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <thread>
 
@@ -94,8 +96,6 @@ void TestFederation::AddSite(const SiteOptions& opts) {
   Site s;
   s.opts = opts;
   s.grpc_port = FreePort();
-  s.ops_port = FreePort();
-  s.http_port = FreePort();
   WriteTlsDir(tmp_ / (opts.site + "/tls"), ca_->Gateway(opts.site));
   s.admin = ca_->Admin(opts.site);
   WriteTlsDir(tmp_ / (opts.site + "/admin"), s.admin);
@@ -125,8 +125,7 @@ void TestFederation::WriteConfig(const std::string& site) {
   const Site& s = sites_.at(site);
   std::ostringstream y;
   y << "site: " << site << "\nfederation: " << ca_->federation() << "\n"
-    << "listen:\n  grpc: " << endpoint(site) << "\n  ops: 127.0.0.1:" << s.ops_port
-    << "\n  http: 127.0.0.1:" << s.http_port << "\n"
+    << "listen:\n  grpc: " << endpoint(site) << "\n  ops: 127.0.0.1:0\n  http: 127.0.0.1:0\n"
     << "tls: {ca: tls/ca.pem, cert: tls/cert.pem, key: tls/key.pem"
     << (s.opts.tls_reload.empty() ? "" : ", reload_interval: " + s.opts.tls_reload) << "}\n"
     << "data_dir: data\ninventory:\n  nodes:\n";
@@ -148,6 +147,9 @@ void TestFederation::WriteConfig(const std::string& site) {
 void TestFederation::Start(const std::string& site, const std::vector<std::string>& env) {
   WriteConfig(site);
   Site& s = sites_.at(site);
+  std::error_code ec;
+  std::filesystem::remove(tmp_ / (site + "/data/ports"), ec);  // a previous start's
+  s.ops_port = s.http_port = 0;
   s.proc = Process::Spawn({FedgateBin(), "--config", tmp_ / (site + "/fedgate.yaml")},
                           tmp_ / (site + "/fedgate.log"), env);
 }
@@ -158,6 +160,32 @@ std::optional<int> TestFederation::WaitExit(const std::string& site, int timeout
 
 void TestFederation::StartAll() {
   for (auto& [name, s] : sites_) Start(name);
+}
+
+void TestFederation::ReadPorts(const std::string& site) {
+  Site& s = sites_.at(site);
+  if (s.ops_port != 0 || !s.proc) return;
+  const std::string path = tmp_ / (site + "/data/ports");
+  for (int i = 0; i < 600 && !std::filesystem::exists(path) && s.proc->Running(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::ifstream in(path);
+  std::string name;
+  int port = 0;
+  while (in >> name >> port) {
+    if (name == "ops") s.ops_port = port;
+    if (name == "http") s.http_port = port;
+  }
+}
+
+int TestFederation::ops_port(const std::string& site) {
+  ReadPorts(site);
+  return sites_.at(site).ops_port;
+}
+
+int TestFederation::http_port(const std::string& site) {
+  ReadPorts(site);
+  return sites_.at(site).http_port;
 }
 
 bool TestFederation::WaitReady(const std::string& site, int timeout_ms) {

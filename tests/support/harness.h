@@ -72,8 +72,10 @@ class TestFederation {
   std::optional<int> Stop(const std::string& site, int timeout_ms = 10000);
 
   std::string endpoint(const std::string& site) const;
-  int ops_port(const std::string& site) const { return sites_.at(site).ops_port; }
-  int http_port(const std::string& site) const { return sites_.at(site).http_port; }
+  // The ops and REST ports bind port 0: these read what the running gateway
+  // bound (its data_dir/ports), waiting for it to listen; 0 if it exited.
+  int ops_port(const std::string& site);
+  int http_port(const std::string& site);
   pid_t pid(const std::string& site) const { return sites_.at(site).proc->pid(); }
   std::string dir(const std::string& site) const { return tmp_ / site; }
   std::string log(const std::string& site) const { return ReadText(tmp_ / (site + "/fedgate.log")); }
@@ -91,14 +93,15 @@ class TestFederation {
  private:
   struct Site {
     SiteOptions opts;
-    int grpc_port = 0;
-    int ops_port = 0;
+    int grpc_port = 0;  // reserved up front: peers' configs name it
+    int ops_port = 0;   // 0 until read from the ports file of this start
     int http_port = 0;
     TlsFiles admin;
     std::unique_ptr<Process> proc;
     std::unique_ptr<v1::AdminService::Stub> stub;
   };
   void WriteConfig(const std::string& site);
+  void ReadPorts(const std::string& site);
   void ResetAdmin(const std::string& site);
 
   TestCa* ca_;
