@@ -87,12 +87,10 @@ Result Run(const std::string& endpoint, int ops_port, const gateway::KeyAndCert&
   std::vector<std::thread> threads;
   for (int c = 0; c < clients; ++c) {
     threads.emplace_back([&, c] {
-      auto ch = grpc::CreateCustomChannel(
-          endpoint,
-          gateway::MakeChannelCredentials(
-              gateway::MakeStaticProvider(ca, user.cert_pem, user.key_pem),
-              [](const gateway::Identity&) { return absl::OkStatus(); }),
-          gateway::DefaultChannelArgs());
+      // A channel of its own per client thread.
+      auto ch = gateway::DialGateway(endpoint,
+                                     gateway::MakeStaticProvider(ca, user.cert_pem, user.key_pem),
+                                     [](const gateway::Identity&) { return absl::OkStatus(); });
       auto stub = v1::JobService::NewStub(ch);
       std::vector<double> mine;
       int n = 0;

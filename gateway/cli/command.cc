@@ -51,8 +51,8 @@ std::shared_ptr<grpc::Channel> Connect(const Globals& g) {
     endpoint = env != nullptr && *env != '\0' ? env : "127.0.0.1:7443";
   }
   const std::string federation = me->federation;
-  auto creds = fedgate::gateway::MakeChannelCredentials(
-      fedgate::gateway::MakeStaticProvider(*ca, *cert, *key),
+  return fedgate::gateway::DialGateway(
+      endpoint, fedgate::gateway::MakeStaticProvider(*ca, *cert, *key),
       [federation](const fedgate::gateway::Identity& id) {
         if (id.role != fedgate::gateway::Role::kGateway || id.federation != federation) {
           return absl::PermissionDeniedError(
@@ -60,7 +60,6 @@ std::shared_ptr<grpc::Channel> Connect(const Globals& g) {
         }
         return absl::OkStatus();
       });
-  return grpc::CreateCustomChannel(endpoint, creds, fedgate::gateway::DefaultChannelArgs());
 }
 
 void CheckRpc(const grpc::Status& st, const Globals& g, const char* what) {

@@ -58,11 +58,9 @@ std::shared_ptr<v1::PeerService::Stub> ParticipantClient::Stub(const std::string
   std::lock_guard lock(mu_);
   auto& slot = stubs_[site];
   if (!slot.second || slot.first != endpoint) {
-    auto creds = MakePeerGatewayCredentials(provider_, core_->config().federation, site);
-    auto args = DefaultChannelArgs();
-    args.SetMaxReceiveMessageSize(kMaxReplyBytes);
     slot = {endpoint, std::shared_ptr<v1::PeerService::Stub>(v1::PeerService::NewStub(
-                          grpc::CreateCustomChannel(endpoint, creds, args)))};
+                          DialPeerGateway(endpoint, provider_, core_->config().federation, site,
+                                          kMaxReplyBytes)))};
   }
   return slot.second;
 }

@@ -77,11 +77,10 @@ void PeerLinks::Shutdown(int64_t flush_ms) {
 
 void PeerLinks::Run(Link* link) {
   const Config& cfg = core_->config();
-  auto creds = MakePeerGatewayCredentials(provider_, cfg.federation, link->site);
   // One channel for the link's life: gRPC reconnects it (DefaultChannelArgs
   // bounds the backoff and gives each connection attempt a real deadline).
   auto stub = v1::PeerService::NewStub(
-      grpc::CreateCustomChannel(link->endpoint, creds, DefaultChannelArgs()));
+      DialPeerGateway(link->endpoint, provider_, cfg.federation, link->site));
 
   const int64_t interval = cfg.advertise_interval_ms;
   const int64_t rpc_timeout = std::clamp<int64_t>(2 * interval, 500, 5000);

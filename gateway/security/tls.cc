@@ -101,4 +101,24 @@ grpc::ChannelArguments DefaultChannelArgs() {
   return args;
 }
 
+std::shared_ptr<grpc::Channel> DialGateway(
+    const std::string& endpoint,
+    std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider, ServerCheck check,
+    int max_reply_bytes) {
+  auto args = DefaultChannelArgs();
+  if (max_reply_bytes > 0) args.SetMaxReceiveMessageSize(max_reply_bytes);
+  return grpc::CreateCustomChannel(
+      endpoint, MakeChannelCredentials(std::move(provider), std::move(check)), args);
+}
+
+std::shared_ptr<grpc::Channel> DialPeerGateway(
+    const std::string& endpoint,
+    std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider,
+    const std::string& federation, const std::string& site, int max_reply_bytes) {
+  auto args = DefaultChannelArgs();
+  if (max_reply_bytes > 0) args.SetMaxReceiveMessageSize(max_reply_bytes);
+  return grpc::CreateCustomChannel(
+      endpoint, MakePeerGatewayCredentials(std::move(provider), federation, site), args);
+}
+
 }  // namespace fedgate::gateway

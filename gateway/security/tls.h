@@ -42,4 +42,17 @@ std::shared_ptr<grpc::experimental::CertificateProviderInterface> MakeStaticProv
 // Channel arguments every fedgate channel uses: short reconnect backoff caps.
 grpc::ChannelArguments DefaultChannelArgs();
 
+// The one way fedgate dials a gateway: mTLS with `provider`'s identity, the
+// server's certificate accepted by `check`, DefaultChannelArgs; a
+// `max_reply_bytes` above 0 raises the receive limit.
+std::shared_ptr<grpc::Channel> DialGateway(
+    const std::string& endpoint,
+    std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider, ServerCheck check,
+    int max_reply_bytes = 0);
+// ... where the server must be exactly the gateway of `site` in `federation`.
+std::shared_ptr<grpc::Channel> DialPeerGateway(
+    const std::string& endpoint,
+    std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider,
+    const std::string& federation, const std::string& site, int max_reply_bytes = 0);
+
 }  // namespace fedgate::gateway

@@ -77,10 +77,9 @@ double Metric(int ops_port, const std::string& series) {
 }
 
 std::shared_ptr<grpc::Channel> TlsChannel(const std::string& endpoint, const TlsFiles& files) {
-  auto creds = gateway::MakeChannelCredentials(
-      gateway::MakeStaticProvider(files.ca_pem, files.cert_pem, files.key_pem),
+  return gateway::DialGateway(
+      endpoint, gateway::MakeStaticProvider(files.ca_pem, files.cert_pem, files.key_pem),
       [](const gateway::Identity&) { return absl::OkStatus(); });
-  return grpc::CreateCustomChannel(endpoint, creds, gateway::DefaultChannelArgs());
 }
 
 TestFederation::~TestFederation() {
