@@ -52,10 +52,6 @@ constexpr int64_t kKillGraceMs = 3000;
 // How long a finished slice's state stays answerable, and its job's epoch
 // and owner remembered.
 constexpr int64_t kFinishedSliceKeepMs = 10 * 60 * 1000;
-// ... but at most this many finished slices (and idle ledger entries): under
-// heavy churn the window shrinks instead of memory growing. A coordinator
-// asks every fifth of a lease, long before a slice ages out.
-constexpr size_t kMaxFinishedSlices = 1024;
 
 }  // namespace
 
@@ -75,8 +71,13 @@ std::optional<uint64_t> ProcStartTime(pid_t pid) {
   return std::stoull(field);
 }
 
-Participant::Participant(const Config& config, const federation::Clock* clock, Store* store)
-    : config_(config), clock_(clock), store_(store), ledger_(NodeSizes(config)) {}
+Participant::Participant(const Config& config, const federation::Clock* clock, Store* store,
+                         size_t max_finished)
+    : config_(config),
+      clock_(clock),
+      max_finished_(max_finished),
+      store_(store),
+      ledger_(NodeSizes(config)) {}
 
 void Participant::CleanUpAfterRestart() {
   auto stored = store_ != nullptr ? store_->LoadSlices() : std::vector<StoredSlice>{};
@@ -402,6 +403,7 @@ absl::StatusOr<v1::SliceStatusResponse> Participant::Status(const std::string& f
   }
   resp.set_state(s.state);
   resp.set_message(s.message);
+  if (s.released) s.reported = true;  // the coordinator has its final state
   for (const auto& r : s.ranks) {
     if (r.exited) (*resp.mutable_exit_codes())[r.rank] = r.code;
   }
@@ -501,17 +503,22 @@ void Participant::Sweep() {
         ++it;
       }
     }
+    // Only slices whose coordinator already saw their end count against the
+    // cap: one it has not asked about yet (a coordinator restarting) stays
+    // for the whole window, so a finished job is never reported lost.
     size_t finished = 0;
-    for (const auto& [k, sl] : slices_) finished += sl.released ? 1 : 0;
-    if (finished > kMaxFinishedSlices) {
+    for (const auto& [k, sl] : slices_) finished += sl.reported ? 1 : 0;
+    if (finished > max_finished_) {
       std::vector<std::pair<int64_t, SliceKey>> oldest;
       for (const auto& [k, sl] : slices_) {
-        if (sl.released) oldest.emplace_back(sl.ended_at_ms, k);
+        if (sl.reported) oldest.emplace_back(sl.ended_at_ms, k);
       }
       std::sort(oldest.begin(), oldest.end());
-      for (size_t i = 0; i < finished - kMaxFinishedSlices; ++i) slices_.erase(oldest[i].second);
+      for (size_t i = 0; i < finished - max_finished_; ++i) slices_.erase(oldest[i].second);
     }
-    ledger_.Prune(federation::SatSub(now, kFinishedSliceKeepMs), 2 * kMaxFinishedSlices);
+    // Under heavy churn the window shrinks instead of memory growing; idle
+    // ledger entries (epochs, owners) are kept for twice as many jobs.
+    ledger_.Prune(federation::SatSub(now, kFinishedSliceKeepMs), 2 * max_finished_);
     ledger_.CheckInvariants();
   }
   if (changed && on_change_) on_change_();

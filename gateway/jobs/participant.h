@@ -33,7 +33,10 @@ class Participant {
   // `store` remembers the rank processes of running slices, so that after a
   // crash the restarted gateway stops them (and reports their slices failed)
   // instead of leaving them running untracked.
-  Participant(const Config& config, const federation::Clock* clock, Store* store);
+  // At most `max_finished` finished slices whose coordinator has seen their
+  // end are kept (the oldest go first), besides a 10-minute window.
+  Participant(const Config& config, const federation::Clock* clock, Store* store,
+              size_t max_finished = 512);
   ~Participant();
   void Start();
   void Stop();
@@ -81,6 +84,7 @@ class Participant {
     bool stopping = false;
     int64_t kill_at_ms = 0;
     bool released = false;    // every rank exited and the hold's GPUs are free
+    bool reported = false;    // ... and its coordinator has asked since
     int64_t ended_at_ms = 0;  // when released; finished slices are pruned later
   };
   using SliceKey = std::pair<std::string, uint64_t>;  // job id, epoch
@@ -92,6 +96,7 @@ class Participant {
 
   Config config_;
   const federation::Clock* clock_;
+  const size_t max_finished_;
   Store* store_;
   ProcessExecutor exec_;
   std::mutex mu_;

@@ -393,6 +393,59 @@ TEST_F(CoordinatorTest, LogsStayOwnedAfterTheirSliceIsForgotten) {
   EXPECT_EQ(mine->content(), "hello from site-a\n");
 }
 
+// Past the cap, the oldest finished slices whose coordinator has seen their
+// end are forgotten; one it never asked about is kept (a coordinator that
+// restarts must not find a finished job lost).
+TEST_F(CoordinatorTest, OnlyReportedFinishedSlicesCountAgainstTheCap) {
+  gateway::Participant p(a_->config, &clock_, nullptr, /*max_finished=*/2);
+  auto key = [](int i) {
+    v1::ReservationKey k;
+    k.set_job_id("j-00000000000000a" + std::to_string(i));
+    k.set_attempt(1);
+    k.set_epoch(10 + i);
+    return k;
+  };
+  for (int i = 0; i < 4; ++i) {
+    v1::PrepareRequest prepare;
+    *prepare.mutable_key() = key(i);
+    prepare.set_tenant("vision");
+    prepare.add_nodes()->set_node("site-a-n1");
+    prepare.mutable_nodes(0)->set_gpus(1);
+    prepare.set_hold_ttl_ms(5000);
+    ASSERT_TRUE(p.Prepare("site-a", prepare).ok());
+    v1::CommitRequest commit;
+    *commit.mutable_key() = key(i);
+    auto* r = commit.add_ranks();
+    r->set_local_world_size(1);
+    r->set_node("site-a-n1");
+    commit.set_world_size(1);
+    commit.set_master_addr("127.0.0.1");
+    commit.set_master_port(29500);
+    commit.add_command("true");
+    commit.set_lease_ms(8000);
+    ASSERT_TRUE(p.Commit("site-a", commit).ok());
+    // One at a time, so that they end in order.
+    for (int t = 0; t < 250 && p.FreeGpus()["site-a-n1"] != 2; ++t) {
+      p.Sweep();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ASSERT_EQ(p.FreeGpus()["site-a-n1"], 2u);
+    clock_.Advance(1000);
+  }
+  auto status = [&](int i) {
+    v1::SliceStatusRequest req;
+    *req.mutable_key() = key(i);
+    auto st = p.Status("site-a", req);
+    return st.ok() ? st->state() : v1::SliceStatusResponse::STATE_UNSPECIFIED;
+  };
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(status(i), v1::SliceStatusResponse::SUCCEEDED);
+  p.Sweep();  // three reported, cap two: the oldest reported goes
+  EXPECT_EQ(status(0), v1::SliceStatusResponse::UNKNOWN);
+  EXPECT_EQ(status(1), v1::SliceStatusResponse::SUCCEEDED);
+  EXPECT_EQ(status(2), v1::SliceStatusResponse::SUCCEEDED);
+  EXPECT_EQ(status(3), v1::SliceStatusResponse::SUCCEEDED) << "never reported, yet forgotten";
+}
+
 TEST_F(CoordinatorTest, AHoldNeverCommittedExpiresOnTheFakeClock) {
   v1::PrepareRequest prepare;
   prepare.mutable_key()->set_job_id("j-00000000000000aa");
