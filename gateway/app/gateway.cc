@@ -103,13 +103,29 @@ absl::Status Gateway::Start() {
                        "The lease of committed slices.");
     metrics_->Describe("fedgate_sqlite_memory_bytes", "gauge",
                        "Heap held by SQLite (page caches of every connection).");
-    metrics_->OnScrape([js = job_store_.get(), c = coordinator_.get()](Metrics& m) {
+    metrics_->Describe("fedgate_jobs", "gauge", "Jobs coordinated here, by state.");
+    metrics_->Describe("fedgate_job_oldest_pending_seconds", "gauge",
+                       "Age of the oldest PENDING job (0 when none waits).");
+    metrics_->OnScrape([js = job_store_.get(), c = coordinator_.get(),
+                        clock = clock_.get()](Metrics& m) {
       m.Set("fedgate_job_store_commits_total", {}, static_cast<double>(js->commits()));
       m.Set("fedgate_job_store_largest_batch", {}, static_cast<double>(js->largest_batch()));
       m.Set("fedgate_coordinator_renew_passes_total", {}, static_cast<double>(c->renew_passes()));
       m.Set("fedgate_coordinator_worst_renew_gap_seconds", {}, c->worst_renew_gap_ms() / 1000.0);
       m.Set("fedgate_coordinator_lease_seconds", {}, c->lease_ms() / 1000.0);
       m.Set("fedgate_sqlite_memory_bytes", {}, static_cast<double>(sqlite3_memory_used()));
+      if (auto counts = js->Count(); counts.ok()) {
+        std::vector<std::pair<Labels, double>> by_state;
+        for (const auto& [state, n] : counts->by_state) {
+          by_state.push_back({{{"state", state}}, static_cast<double>(n)});
+        }
+        m.SetFamily("fedgate_jobs", by_state);
+        const int64_t now = clock->NowMs();
+        m.Set("fedgate_job_oldest_pending_seconds", {},
+              counts->oldest_pending_created_ms
+                  ? std::max<int64_t>(0, now - *counts->oldest_pending_created_ms) / 1000.0
+                  : 0.0);
+      }
     });
   }
   job_service_ = std::make_unique<JobServiceImpl>(core_.get(), job_manager_.get(), authz_.get(),

@@ -54,6 +54,8 @@ GatewayCore::GatewayCore(const Config& config, const federation::Clock* clock, S
   metrics_->Describe("fedgate_link_gbps", "gauge", "Measured payload Gbit/s per link.");
   metrics_->Describe("fedgate_link_age_seconds", "gauge", "Age of each link's measurement.");
   metrics_->Describe("fedgate_probes_total", "counter", "Link probes run, by result.");
+  metrics_->Describe("fedgate_site_gpus", "gauge",
+                     "GPUs of every site in this gateway's view, by model; state free or total.");
   metrics_->OnScrape([this](Metrics&) {
     std::lock_guard lock(mu_);
     UpdateGaugesLocked();
@@ -413,6 +415,18 @@ void GatewayCore::UpdateGaugesLocked() {
     age.push_back({labels, (now - l.measured_at_unix_ms()) / 1000.0});
   }
   metrics_->SetFamily("fedgate_peer_up", up);
+  std::vector<std::pair<Labels, double>> gpus;
+  const auto view = federation::BuildCapacityView(config_.site, inventory_->Nodes(), ads_.Fresh(),
+                                                  clock_->NowMs(), LocalFree());
+  for (const auto& s : view.sites()) {
+    for (const auto& m : s.models()) {
+      gpus.push_back({{{"site", s.site()}, {"model", m.model()}, {"state", "free"}},
+                      static_cast<double>(m.free_gpus())});
+      gpus.push_back({{{"site", s.site()}, {"model", m.model()}, {"state", "total"}},
+                      static_cast<double>(m.total_gpus())});
+    }
+  }
+  metrics_->SetFamily("fedgate_site_gpus", gpus);
   metrics_->SetFamily("fedgate_link_gbps", gbps);
   metrics_->SetFamily("fedgate_link_age_seconds", age);
 }

@@ -242,6 +242,30 @@ absl::StatusOr<std::vector<JobRecord>> JobStore::List(const std::string& tenant,
   return out;
 }
 
+absl::StatusOr<JobStore::Counts> JobStore::Count() {
+  std::lock_guard lock(read_mu_);
+  Counts out;
+  for (auto s : {federation::JobState::kPending, federation::JobState::kReserving, federation::JobState::kRunning,
+                 federation::JobState::kSucceeded, federation::JobState::kFailed, federation::JobState::kCancelled}) {
+    out.by_state[std::string(federation::JobStateName(s))] = 0;
+  }
+  {
+    SqlStmt st(reader_, "SELECT state, COUNT(*) FROM jobs GROUP BY state;");
+    if (!st.ok()) return SqlError(reader_, "count");
+    int rc;
+    while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) {
+      out.by_state[ColText(st.get(), 0)] = sqlite3_column_int64(st.get(), 1);
+    }
+    if (rc != SQLITE_DONE) return SqlError(reader_, "count");
+  }
+  SqlStmt st(reader_, "SELECT MIN(created_at_unix_ms) FROM jobs WHERE state = 'PENDING';");
+  if (!st.ok()) return SqlError(reader_, "count");
+  if (sqlite3_step(st.get()) == SQLITE_ROW && sqlite3_column_type(st.get(), 0) != SQLITE_NULL) {
+    out.oldest_pending_created_ms = sqlite3_column_int64(st.get(), 0);
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<JobRecord>> JobStore::ListActive(const std::string& after_id,
                                                             int limit) {
   std::lock_guard lock(read_mu_);

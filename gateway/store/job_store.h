@@ -12,6 +12,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <map>
 #include <optional>
 #include <string>
 #include <thread>
@@ -73,6 +74,13 @@ class JobStore {
   absl::StatusOr<std::vector<JobRecord>> ListActive(const std::string& after_id, int limit);
   // Every job that has not ended, read page by page.
   absl::StatusOr<std::vector<JobRecord>> ListAllActive(int page = 500);
+  // Jobs per state name (every state, zero included), and the creation time
+  // of the oldest PENDING job (nullopt when none waits).
+  struct Counts {
+    std::map<std::string, int64_t> by_state;
+    std::optional<int64_t> oldest_pending_created_ms;
+  };
+  absl::StatusOr<Counts> Count();
 
   // Transactions committed and the largest number of writes one carried.
   uint64_t commits() const { return commits_; }

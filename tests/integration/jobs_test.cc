@@ -85,6 +85,16 @@ TEST_F(JobsTest, SubmitGetListCancelWithTenantsFromCertificates) {
   EXPECT_EQ(JobOf(cancel).state(), v1::Job::CANCELLED);
   EXPECT_NE(Fedctl("alice", {"jobs", "cancel", job.id()}).err.find("already ended"),
             std::string::npos);
+
+  // What an operator's dashboards read: jobs by state, the oldest pending
+  // job, and every site's GPUs.
+  const int ops = fed_.ops_port("cn-beijing");
+  EXPECT_EQ(Metric(ops, "fedgate_jobs{state=\"CANCELLED\"}"), 1);
+  EXPECT_EQ(Metric(ops, "fedgate_jobs{state=\"PENDING\"}"), 0);
+  EXPECT_EQ(Metric(ops, "fedgate_job_oldest_pending_seconds"), 0);
+  EXPECT_EQ(
+      Metric(ops, "fedgate_site_gpus{site=\"cn-beijing\",model=\"A100-80GB\",state=\"total\"}"),
+      8);
 }
 
 TEST_F(JobsTest, BadSpecsAreRefusedAndStoreNothing) {

@@ -195,3 +195,30 @@ TEST_F(JobStoreTest, ListReturnsTheRowPastAFullPage) {
 
 }  // namespace
 }  // namespace fedgate::gateway
+
+namespace fedgate::gateway {
+namespace {
+
+TEST_F(JobStoreTest, CountsJobsByStateAndTheOldestPending) {
+  JobRecord a = Job("vision", ""), b = Job("vision", ""), c = Job("nlp", "");
+  a.created_at_unix_ms = 500;
+  b.created_at_unix_ms = 300;
+  c.created_at_unix_ms = 100;
+  for (auto* j : {&a, &b, &c}) ASSERT_TRUE(jobs_->Submit(*j).ok());
+  auto got = jobs_->Get(c.id);
+  ASSERT_TRUE(got.ok() && got->has_value());
+  JobRecord cancelled = **got;
+  cancelled.state = JobState::kCancelled;
+  ASSERT_TRUE(jobs_->Save(&cancelled, JobActor::kCaller).ok());
+  auto counts = jobs_->Count();
+  ASSERT_TRUE(counts.ok()) << counts.status();
+  EXPECT_EQ(counts->by_state.at("PENDING"), 2);
+  EXPECT_EQ(counts->by_state.at("CANCELLED"), 1);
+  EXPECT_EQ(counts->by_state.at("RUNNING"), 0) << "every state is listed, zero included";
+  EXPECT_EQ(counts->by_state.size(), 6u);
+  ASSERT_TRUE(counts->oldest_pending_created_ms.has_value());
+  EXPECT_EQ(*counts->oldest_pending_created_ms, 300) << "the cancelled one is older but not pending";
+}
+
+}  // namespace
+}  // namespace fedgate::gateway
