@@ -11,7 +11,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libibverbs-dev librdmacm-dev
   clang libfuzzer-14-dev libclang-rt-14-dev
-  prometheus
+  prometheus systemd
   iproute2 procps curl python3 iperf3
   python3-torch
 )
