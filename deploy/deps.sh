@@ -7,7 +7,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libboost1.74-dev libboost-system1.74-dev libssl-dev
-  libsqlite3-dev libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev
+  libsqlite3-dev libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libibverbs-dev librdmacm-dev
   clang libfuzzer-14-dev libclang-rt-14-dev

@@ -1,5 +1,7 @@
 #include "gateway/api/services.h"
 
+#include <chrono>
+
 
 #include "gateway/security/authz.h"
 #include "gateway/peering/bench_host.h"
@@ -13,6 +15,14 @@
 
 namespace fedgate::gateway {
 namespace {
+
+// Handler time of one call, by method and status code.
+void ObserveRpc(Metrics* metrics, const char* method, const absl::Status& st,
+                std::chrono::steady_clock::time_point t0) {
+  metrics->Observe("fedgate_rpc_duration_seconds",
+                   {{"method", method}, {"code", absl::StatusCodeToString(st.code())}},
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
 
 // Authorizes, counts the call as handled, runs `body`, finishes the reactor.
 template <typename Body>
@@ -28,7 +38,10 @@ grpc::ServerUnaryReactor* Guarded(grpc::CallbackServerContext* ctx, const Author
                : cls == RpcClass::kAdmin ? "fedgate_admin_rpc_handled_total"
                                          : "fedgate_job_rpc_handled_total",
                {{"method", method}});
-  reactor->Finish(ToGrpc(body(*caller)));
+  const auto t0 = std::chrono::steady_clock::now();
+  const absl::Status st = body(*caller);
+  ObserveRpc(metrics, method, st, t0);
+  reactor->Finish(ToGrpc(st));
   return reactor;
 }
 
@@ -208,7 +221,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(grpc::CallbackServerContext* ct
   // Finished from the store's writer thread once the row is durable, so
   // concurrent submits share transactions instead of holding gRPC threads.
   jobs_->SubmitAsync(*caller, *req,
-                     [reactor, resp](absl::StatusOr<v1::SubmitJobResponse> out) {
+                     [reactor, resp, m = metrics_, t0 = std::chrono::steady_clock::now()](
+                         absl::StatusOr<v1::SubmitJobResponse> out) {
+                       ObserveRpc(m, "Submit", out.status(), t0);
                        if (out.ok()) *resp = std::move(*out);
                        reactor->Finish(ToGrpc(out.status()));
                      });

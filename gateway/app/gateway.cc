@@ -104,6 +104,19 @@ absl::Status Gateway::Start() {
     metrics_->Describe("fedgate_sqlite_memory_bytes", "gauge",
                        "Heap held by SQLite (page caches of every connection).");
     metrics_->Describe("fedgate_jobs", "gauge", "Jobs coordinated here, by state.");
+    metrics_->Describe("fedgate_job_scheduling_delay_seconds", "histogram",
+                       "Wait from submit to RUNNING, per attempt, by tenant and priority.",
+                       {1, 5, 15, 60, 300, 900, 3600, 4 * 3600});
+    metrics_->Describe("fedgate_job_store_commit_seconds", "histogram",
+                       "Duration of one job-store transaction (fsync included).",
+                       {0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5});
+    coordinator_->SetOnScheduled([m = metrics_.get()](double s, const JobRecord& j) {
+      m->Observe("fedgate_job_scheduling_delay_seconds",
+                 {{"tenant", j.tenant}, {"priority", j.spec.priority()}}, s);
+    });
+    job_store_->SetOnCommit([m = metrics_.get()](double s, size_t) {
+      m->Observe("fedgate_job_store_commit_seconds", {}, s);
+    });
     metrics_->Describe("fedgate_job_oldest_pending_seconds", "gauge",
                        "Age of the oldest PENDING job (0 when none waits).");
     metrics_->OnScrape([js = job_store_.get(), c = coordinator_.get(),

@@ -281,6 +281,10 @@ void Coordinator::TryStart(JobRecord job, const std::vector<std::string>& unreac
     StopRun(job, "the job ended during its reservation");
     return;
   }
+  if (on_scheduled_) {
+    on_scheduled_(std::max<int64_t>(0, job.updated_at_unix_ms - job.created_at_unix_ms) / 1000.0,
+                  job);
+  }
   spdlog::info("job {} attempt {}: committed on {} site(s), master {}:{}", job.id, job.attempt,
                next.sites_size(), next.master_addr(), next.master_port());
   CrashPoint("coordinator-after-decision");

@@ -56,6 +56,12 @@ class Coordinator {
   // (never in the way of renewals): a commit spawns every rank of a slice.
   int64_t reserve_timeout_ms() const { return std::clamp<int64_t>(lease_ms_ / 2, 2000, 5000); }
 
+  // Called with each job's wait from submit to RUNNING (seconds) and its
+  // tenant and priority; set before Start.
+  void SetOnScheduled(std::function<void(double, const JobRecord&)> fn) {
+    on_scheduled_ = std::move(fn);
+  }
+
   // One pass of each loop; the threads run them, tests call them directly
   // (with a FakeClock, without Start). Both block until every call they make
   // has answered or passed its deadline.
@@ -82,6 +88,7 @@ class Coordinator {
   // The compare-and-set write; false (logged) when the job moved meanwhile.
   bool Save(JobRecord* job);
 
+  std::function<void(double, const JobRecord&)> on_scheduled_;
   GatewayCore* core_;
   JobStore* store_;
   ParticipantCalls* participants_;

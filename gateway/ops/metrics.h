@@ -1,13 +1,28 @@
-// A small Prometheus text-format registry (prometheus-cpp is not packaged in
-// Debian 12): counters and gauges with labels, rendered on /metrics.
+// The gateway's metrics on prometheus-cpp (Debian's prometheus-cpp-dev):
+// counters, gauges and histograms by name and labels, rendered in the
+// Prometheus text format on /metrics. Families are created on first use,
+// with the help and type given to Describe; series can be removed (a peer,
+// link or tenant that went), so the registry stays bounded.
 #pragma once
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <set>
+#include <unordered_map>
 #include <string>
 #include <utility>
 #include <vector>
+
+namespace prometheus {
+class Registry;
+template <typename T>
+class Family;
+class Counter;
+class Gauge;
+class Histogram;
+}  // namespace prometheus
 
 namespace fedgate::gateway {
 
@@ -15,12 +30,22 @@ using Labels = std::vector<std::pair<std::string, std::string>>;
 
 class Metrics {
  public:
-  void Describe(const std::string& name, const std::string& type, const std::string& help);
+  Metrics();
+  ~Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  // `type`: "counter", "gauge" or "histogram" (then with its bucket bounds).
+  void Describe(const std::string& name, const std::string& type, const std::string& help,
+                std::vector<double> buckets = {});
   void Inc(const std::string& name, const Labels& labels = {}, double by = 1);
+  // A gauge's value; on a counter, raises it to `value` (for totals kept
+  // elsewhere and copied at scrape time).
   void Set(const std::string& name, const Labels& labels, double value);
+  void Observe(const std::string& name, const Labels& labels, double value);
+  // A counter's or gauge's value, a histogram's count; 0 when absent.
   double Get(const std::string& name, const Labels& labels = {}) const;
-  // Replaces every series of a family: series not given disappear (a
-  // removed peer, an expired link), so /metrics stays bounded.
+  // Replaces every series of a gauge family: series not given disappear.
   void SetFamily(const std::string& name, const std::vector<std::pair<Labels, double>>& series);
   // Drops one series (e.g. a removed peer's counter).
   void Remove(const std::string& name, const Labels& labels);
@@ -29,15 +54,22 @@ class Metrics {
   std::string Render();
 
  private:
-  static std::string Key(const Labels& labels);
-
-  struct Family {
-    std::string type = "untyped";
-    std::string help;
-    std::map<std::string, double> series;  // rendered label set -> value
+  struct Fam;
+  Fam& FamilyLocked(const std::string& name, const char* default_type);
+  // The series of a family, found by name and labels without rebuilding the
+  // label map on every call (the submit path counts twice per call).
+  struct Handle {
+    prometheus::Counter* counter = nullptr;
+    prometheus::Gauge* gauge = nullptr;
+    prometheus::Histogram* histogram = nullptr;
   };
+  static std::string HandleKey(const std::string& name, const Labels& labels);
+  Handle& HandleLocked(const std::string& name, const Labels& labels, const char* default_type);
+
   mutable std::mutex mu_;
-  std::map<std::string, Family> families_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::map<std::string, std::unique_ptr<Fam>> families_;
+  std::unordered_map<std::string, Handle> handles_;
   std::vector<std::function<void(Metrics&)>> scrape_hooks_;
 };
 

@@ -54,6 +54,9 @@ GatewayCore::GatewayCore(const Config& config, const federation::Clock* clock, S
   metrics_->Describe("fedgate_link_gbps", "gauge", "Measured payload Gbit/s per link.");
   metrics_->Describe("fedgate_link_age_seconds", "gauge", "Age of each link's measurement.");
   metrics_->Describe("fedgate_probes_total", "counter", "Link probes run, by result.");
+  metrics_->Describe("fedgate_rpc_duration_seconds", "histogram",
+                     "Handler time of gRPC calls that passed authorization, by method and code.",
+                     {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5});
   metrics_->Describe("fedgate_site_gpus", "gauge",
                      "GPUs of every site in this gateway's view, by model; state free or total.");
   metrics_->OnScrape([this](Metrics&) {

@@ -4,6 +4,7 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "base/str_cat.h"
 #include "gateway/store/sqlite_stmt.h"
@@ -140,6 +141,7 @@ void JobStore::WriterLoop() {
     // One transaction for the whole batch; each write runs in a savepoint so
     // one failing write does not undo the others.
     std::vector<absl::Status> results(batch.size());
+    const auto t0 = std::chrono::steady_clock::now();
     absl::Status txn = SqlStmt(writer_, "BEGIN IMMEDIATE;").Run() ? absl::OkStatus()
                                                                  : SqlError(writer_, "begin");
     for (size_t i = 0; i < batch.size() && txn.ok(); ++i) {
@@ -153,6 +155,10 @@ void JobStore::WriterLoop() {
       sqlite3_exec(writer_, "ROLLBACK;", nullptr, nullptr, nullptr);
     }
     ++commits_;
+    if (on_commit_) {
+      on_commit_(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                 batch.size());
+    }
     largest_batch_ = std::max<uint64_t>(largest_batch_, batch.size());
     for (size_t i = 0; i < batch.size(); ++i) {
       batch[i]->done(txn.ok() ? results[i] : txn);

@@ -69,6 +69,9 @@ class JobStore {
   absl::Status Save(JobRecord* job, federation::JobActor who);
   // Called with the job's id after every Save that landed (set before use).
   void SetOnWrite(std::function<void(const std::string&)> fn) { on_write_ = std::move(fn); }
+  // Called on the writer thread after every transaction: its duration
+  // (seconds, fsync included) and how many writes it carried.
+  void SetOnCommit(std::function<void(double, size_t)> fn) { on_commit_ = std::move(fn); }
   // Jobs that have not ended (PENDING, RESERVING, RUNNING) with ids after
   // `after_id`, in id order, at most `limit`.
   absl::StatusOr<std::vector<JobRecord>> ListActive(const std::string& after_id, int limit);
@@ -98,6 +101,7 @@ class JobStore {
   void WriterLoop();
 
   std::function<void(const std::string&)> on_write_;
+  std::function<void(double, size_t)> on_commit_;
   sqlite3* writer_ = nullptr;
   sqlite3* reader_ = nullptr;
   std::mutex read_mu_;

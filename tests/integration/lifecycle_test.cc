@@ -420,6 +420,13 @@ TEST_F(LifecycleTest, OpenStreamsHoldNoThreadAndWakeOnStateChanges) {
   for (const char* a : {"sleep", "60"}) spec.add_command(a);
   const std::string id = Submit("site-a", spec);
   ASSERT_TRUE(Eventually([&] { return Get("site-a", id).state() == v1::Job::RUNNING; }, 10000));
+  // The histograms an operator watches saw this job and its calls.
+  const int ops = fed_.ops_port("site-a");
+  EXPECT_EQ(Metric(ops, "fedgate_job_scheduling_delay_seconds_count{tenant=\"vision\","
+                        "priority=\"guaranteed\"}"),
+            1);
+  EXPECT_GE(Metric(ops, "fedgate_job_store_commit_seconds_count"), 2);  // submit, RUNNING
+  EXPECT_EQ(Metric(ops, "fedgate_rpc_duration_seconds_count{method=\"Submit\",code=\"OK\"}"), 1);
   auto stub = Jobs("site-a");
   const pid_t pid = fed_.pid("site-a");
   const int before = Threads(pid);

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -66,12 +67,44 @@ std::string HttpGet(int port, const std::string& path, int* status) {
   return body == std::string::npos ? "" : resp.substr(body + 4);
 }
 
+namespace {
+
+// "name{a=\"x\",b=\"y\"}" -> name and its labels, in any order.
+std::pair<std::string, std::map<std::string, std::string>> ParseSeries(const std::string& s) {
+  std::map<std::string, std::string> labels;
+  const size_t brace = s.find('{');
+  if (brace == std::string::npos) return {s, labels};
+  size_t at = brace + 1;
+  while (at < s.size() && s[at] != '}') {
+    const size_t eq = s.find('=', at);
+    if (eq == std::string::npos || eq + 1 >= s.size() || s[eq + 1] != '"') break;
+    std::string value;
+    size_t i = eq + 2;
+    for (; i < s.size() && s[i] != '"'; ++i) {
+      if (s[i] == '\\' && i + 1 < s.size()) ++i;
+      value += s[i];
+    }
+    labels[s.substr(at, eq - at)] = value;
+    at = i + 1;
+    if (at < s.size() && s[at] == ',') ++at;
+  }
+  return {s.substr(0, brace), labels};
+}
+
+}  // namespace
+
 double Metric(int ops_port, const std::string& series) {
   int status = 0;
   std::istringstream body(HttpGet(ops_port, "/metrics", &status));
+  const auto want = ParseSeries(series);
   std::string line;
   while (std::getline(body, line)) {
-    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
+    if (line.empty() || line[0] == '#') continue;
+    // The value follows the label set (whose values may hold spaces).
+    const size_t brace = line.rfind('}');
+    const size_t space = line.find(' ', brace == std::string::npos ? 0 : brace);
+    if (space == std::string::npos) continue;
+    if (ParseSeries(line.substr(0, space)) == want) return std::stod(line.substr(space + 1));
   }
   return 0;
 }
