@@ -1,9 +1,6 @@
 // The benchmark control connection (fedbench server, the gateway's bench
 // listener): a byte stream of length-prefixed frames, a BenchHello first and
 // BenchRounds after, each checked as the server checks it.
-#include <google/protobuf/stubs/logging.h>
-#include <spdlog/spdlog.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -11,13 +8,7 @@
 #include "fedgate/v1/bench.pb.h"
 #include "transport/control.h"
 #include "transport/engine.h"
-
-// Hostile input is expected: keep protobuf's and the gateway's logs quiet.
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  google::protobuf::SetLogHandler(nullptr);
-  spdlog::set_level(spdlog::level::off);
-  return 0;
-}
+#include "tests/fuzz/quiet.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view in(reinterpret_cast<const char*>(data), size);

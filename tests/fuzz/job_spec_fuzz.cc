@@ -1,21 +1,12 @@
 // Job specs from tenants (fedctl -f, REST bodies): YAML/JSON text, then the
 // semantic checks and defaults that every submit goes through.
-#include <google/protobuf/stubs/logging.h>
-#include <spdlog/spdlog.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
 #include "federation/job_spec.h"
 #include "gateway/jobs/job_spec_yaml.h"
-
-// Hostile input is expected: keep protobuf's and the gateway's logs quiet.
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  google::protobuf::SetLogHandler(nullptr);
-  spdlog::set_level(spdlog::level::off);
-  return 0;
-}
+#include "tests/fuzz/quiet.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

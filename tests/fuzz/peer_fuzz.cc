@@ -3,9 +3,6 @@
 // calling site, the rest is the serialized request. A fresh Participant per
 // input (a commit that matches its hold starts only /bin/true), one
 // GatewayCore for the whole run (ads accumulate as they would in a gateway).
-#include <google/protobuf/stubs/logging.h>
-#include <spdlog/spdlog.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -19,6 +16,7 @@
 #include "gateway/ops/metrics.h"
 #include "gateway/jobs/participant.h"
 #include "gateway/store/store.h"
+#include "tests/fuzz/quiet.h"
 
 namespace {
 
@@ -70,13 +68,6 @@ bool Parse(const uint8_t* data, size_t size, Req* req) {
 }
 
 }  // namespace
-
-// Hostile input is expected: keep protobuf's and the gateway's logs quiet.
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  google::protobuf::SetLogHandler(nullptr);
-  spdlog::set_level(spdlog::level::off);
-  return 0;
-}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static World* w = Make();

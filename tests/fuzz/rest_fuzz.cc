@@ -2,24 +2,15 @@
 // the server's body limit), then the routes that turn them into job-API calls.
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <google/protobuf/stubs/logging.h>
-#include <spdlog/spdlog.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
 #include "federation/names.h"
 #include "gateway/api/rest_routes.h"
+#include "tests/fuzz/quiet.h"
 
 namespace http = boost::beast::http;
-
-// Hostile input is expected: keep protobuf's and the gateway's logs quiet.
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  google::protobuf::SetLogHandler(nullptr);
-  spdlog::set_level(spdlog::level::off);
-  return 0;
-}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   http::request_parser<http::string_body> parser;
