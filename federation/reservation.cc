@@ -16,14 +16,55 @@ ReservationLedger::ReservationLedger(std::map<std::string, uint32_t> nodes)
 
 uint32_t ReservationLedger::FreeGpus(const std::string& node) const {
   auto it = nodes_.find(node);
-  if (it == nodes_.end()) return 0;
-  uint32_t used = 0;
+  if (it == nodes_.end() || cordoned_.contains(node)) return 0;
+  std::set<uint32_t> out;  // held or unhealthy
   for (const auto& [key, h] : holds_) {
     for (const auto& g : h.gpus) {
-      if (g.node == node) used += static_cast<uint32_t>(g.indices.size());
+      if (g.node == node) out.insert(g.indices.begin(), g.indices.end());
     }
   }
-  return it->second - used;
+  if (auto u = unhealthy_.find(node); u != unhealthy_.end()) out.insert(u->second.begin(), u->second.end());
+  return it->second - static_cast<uint32_t>(std::min<size_t>(out.size(), it->second));
+}
+
+std::vector<ReservationLedger::HoldKey> ReservationLedger::SetUnhealthy(
+    const std::string& node, const std::set<uint32_t>& gpus) {
+  std::vector<HoldKey> hit;
+  auto n = nodes_.find(node);
+  if (n == nodes_.end()) return hit;
+  std::set<uint32_t> bad;
+  for (uint32_t i : gpus) {
+    if (i < n->second) bad.insert(i);
+  }
+  if (bad.empty()) {
+    unhealthy_.erase(node);
+    return hit;
+  }
+  for (auto it = holds_.begin(); it != holds_.end();) {
+    bool uses = false;
+    for (const auto& g : it->second.gpus) {
+      if (g.node != node) continue;
+      for (uint32_t i : g.indices) uses = uses || bad.contains(i);
+    }
+    // A prepared hold on a failed GPU is dropped (its Commit finds nothing
+    // and the coordinator reserves again); a running slice must be stopped.
+    if (uses && it->second.state == HoldState::kPrepared) {
+      it = holds_.erase(it);
+      continue;
+    }
+    if (uses && it->second.state == HoldState::kCommitted) hit.push_back(it->first);
+    ++it;
+  }
+  unhealthy_[node] = std::move(bad);
+  return hit;
+}
+
+void ReservationLedger::SetCordoned(const std::string& node, bool cordoned) {
+  if (cordoned && nodes_.contains(node)) {
+    cordoned_.insert(node);
+  } else {
+    cordoned_.erase(node);
+  }
 }
 
 uint32_t ReservationLedger::TotalFree() const {
@@ -127,6 +168,7 @@ absl::StatusOr<Hold> ReservationLedger::Prepare(const std::string& job_id, uint3
   for (const auto& [key, h] : holds_) {
     for (const auto& g : h.gpus) taken[g.node].insert(g.indices.begin(), g.indices.end());
   }
+  for (const auto& [node, bad] : unhealthy_) taken[node].insert(bad.begin(), bad.end());
   Hold h;
   h.job_id = job_id;
   h.attempt = attempt;

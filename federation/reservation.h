@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -89,6 +90,17 @@ class ReservationLedger {
   // come and go.
   void Prune(int64_t before_ms, size_t max_jobs = SIZE_MAX);
 
+  // Marks exactly `gpus` of `node` as failing health (an empty set heals
+  // the node): they are never given to a new hold, prepared holds on them
+  // are dropped, and the committed holds on them are returned so that their
+  // slices get stopped (their GPUs stay used until the ranks exited).
+  std::vector<HoldKey> SetUnhealthy(const std::string& node, const std::set<uint32_t>& gpus);
+  const std::map<std::string, std::set<uint32_t>>& unhealthy() const { return unhealthy_; }
+  // A cordoned node takes no new holds; what runs there keeps running.
+  void SetCordoned(const std::string& node, bool cordoned);
+  bool cordoned(const std::string& node) const { return cordoned_.contains(node); }
+
+  // GPUs of the node that are neither held nor unhealthy (0 when cordoned).
   uint32_t FreeGpus(const std::string& node) const;
   uint32_t TotalFree() const;
   const std::map<HoldKey, Hold>& holds() const { return holds_; }
@@ -111,6 +123,8 @@ class ReservationLedger {
   std::map<std::string, uint32_t> nodes_;
   std::map<HoldKey, Hold> holds_;
   std::map<std::string, JobEntry> jobs_;  // kept after release, until pruned
+  std::map<std::string, std::set<uint32_t>> unhealthy_;
+  std::set<std::string> cordoned_;
 };
 
 }  // namespace fedgate::federation

@@ -139,7 +139,7 @@ Config Walk(const YAML::Node& root, const std::string& base_dir, const Walker& w
   if (!root.IsDefined() || root.IsNull()) w.Fail(root, "the config is empty");
   w.ExpectKeys(root, "",
                {"site", "federation", "listen", "tls", "data_dir", "inventory", "peers",
-                "advertise", "bench", "executor", "jobs", "api"});
+                "advertise", "bench", "executor", "jobs", "api", "health", "retention"});
   for (const char* req : {"site", "federation", "listen", "tls", "inventory"}) {
     if (!root[req]) w.Fail(root, fedgate::StrCat("missing required key \"", req, "\""));
   }
@@ -273,6 +273,19 @@ Config Walk(const YAML::Node& root, const std::string& base_dir, const Walker& w
         w.Fail(a["max_streams_per_caller"], "\"api.max_streams_per_caller\" must be >= 1");
       }
     }
+  }
+  if (root["health"]) {
+    const auto& h = root["health"];
+    w.ExpectKeys(h, "health", {"command", "interval"});
+    if (h["command"]) c.health_command = w.Str(h["command"], "health.command");
+    if (h["interval"]) c.health_interval_ms = w.Duration(h["interval"], "health.interval");
+    if (c.health_interval_ms < 100) w.Fail(h["interval"], "\"health.interval\" must be at least 100ms");
+  }
+  if (root["retention"]) {
+    const auto& r = root["retention"];
+    w.ExpectKeys(r, "retention", {"logs", "jobs"});
+    if (r["logs"]) c.retention_logs_ms = w.Duration(r["logs"], "retention.logs");
+    if (r["jobs"]) c.retention_jobs_ms = w.Duration(r["jobs"], "retention.jobs");
   }
   if (root["executor"]) {
     const auto& e = root["executor"];

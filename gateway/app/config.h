@@ -43,6 +43,13 @@ struct Config {
   // (jobs.lease; default max(3s, 5 advertise intervals)).
   int64_t jobs_lease_ms = 0;
   int api_max_streams_per_caller = 16;  // Watch/Logs streams per identity
+  // GPU health probe: this command wins over NVML and nvidia-smi; a round
+  // that outlives the interval is killed and changes nothing.
+  std::string health_command;
+  int64_t health_interval_ms = 10'000;
+  // Rank logs and finished jobs' working directories are removed after these.
+  int64_t retention_logs_ms = 7LL * 24 * 3600 * 1000;
+  int64_t retention_jobs_ms = 30LL * 24 * 3600 * 1000;
 };
 
 // Parses YAML text. `base_dir` resolves relative paths; `source` names the

@@ -2,6 +2,7 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <malloc.h>
+#include <unistd.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
@@ -20,6 +21,7 @@
 #include "gateway/jobs/job_manager.h"
 #include "gateway/store/job_store.h"
 #include "gateway/ops/metrics.h"
+#include "gateway/ops/gpu_probe.h"
 #include "gateway/ops/ops_server.h"
 #include "gateway/peering/peer_links.h"
 #include "gateway/api/services.h"
@@ -28,6 +30,29 @@
 #include "gateway/security/tls.h"
 
 namespace fedgate::gateway {
+
+namespace {
+
+GpuHealthProbe::Options HealthOptions(const Config& config) {
+  GpuHealthProbe::Options o;
+  o.command = config.health_command;
+  o.interval_ms = config.health_interval_ms;
+  for (const auto& n : config.nodes) o.nodes[n.name] = n.gpus;
+  // NVML and nvidia-smi see this host's GPUs: the node named like this
+  // host, or the only node of a one-node site.
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  std::string name(host);
+  name = name.substr(0, name.find('.'));
+  if (o.nodes.contains(name)) {
+    o.local_node = name;
+  } else if (o.nodes.size() == 1) {
+    o.local_node = o.nodes.begin()->first;
+  }
+  return o;
+}
+
+}  // namespace
 
 Gateway::Gateway(Config config) : config_(std::move(config)) {}
 
@@ -47,6 +72,22 @@ absl::Status Gateway::Start() {
   core_->SetFreeGpusFn([p = participant_.get()] { return p->FreeGpus(); });
   participant_->SetOnCapacityChange([c = core_.get()] { (void)c->Tick(); });
   if (auto st = core_->Tick(); !st.ok()) return st;
+  health_ = std::make_unique<GpuHealthProbe>(
+      HealthOptions(config_), metrics_.get(),
+      [p = participant_.get(), this](const std::map<std::string, std::set<uint32_t>>& failed,
+                                     const std::vector<federation::GpuHealth::Change>& changes) {
+        std::map<std::pair<std::string, uint32_t>, std::string> why;
+        for (const auto& c : changes) why[{c.node, c.gpu}] = c.reason;
+        p->SetUnhealthy(failed, why);
+      });
+  metrics_->Describe("fedgate_tls_cert_expiry_seconds", "gauge",
+                     "When this gateway's certificate (tls.cert) expires, as Unix seconds.");
+  metrics_->OnScrape([cert = config_.tls_cert](Metrics& m) {
+    // Read at scrape time: the file is hot-reloaded when it is renewed.
+    if (auto t = CertNotAfterUnix(cert); t.ok()) {
+      m.Set("fedgate_tls_cert_expiry_seconds", {}, static_cast<double>(*t));
+    }
+  });
 
   auto ops = OpsServer::Start(config_.listen_ops, metrics_.get(), [this] { return ready_.load(); });
   if (!ops.ok()) return ops.status();
@@ -178,6 +219,7 @@ absl::Status Gateway::Start() {
   links_->Reconcile();
   advertiser_ = std::thread([this] { AdvertiseLoop(); });
   participant_->Start();
+  health_->Start();
   if (coordinator_) coordinator_->Start();
   // The ports actually bound (a listen address may say port 0), for scripts
   // and tests: "grpc N", "http N", "ops N", one per line.
@@ -234,6 +276,7 @@ void Gateway::Stop() {
     server_->Wait();
   }
   if (ops_) ops_->Stop();
+  if (health_) health_->Stop();
   if (participant_) participant_->Stop();
   spdlog::info("stopped");
 }

@@ -23,6 +23,7 @@ class Prober;
 class GatewayCore;
 class Metrics;
 class OpsServer;
+class GpuHealthProbe;
 class PeerLinks;
 class PeerServiceImpl;
 class AdminServiceImpl;
@@ -72,6 +73,7 @@ class Gateway {
   std::unique_ptr<BenchHost> bench_host_;
   std::unique_ptr<Prober> prober_;
   std::unique_ptr<OpsServer> ops_;
+  std::unique_ptr<GpuHealthProbe> health_;
   std::thread advertiser_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> ready_{false};

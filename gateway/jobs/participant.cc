@@ -186,6 +186,36 @@ std::map<std::string, uint32_t> Participant::FreeGpus() {
   return out;
 }
 
+void Participant::SetUnhealthy(const std::map<std::string, std::set<uint32_t>>& failed,
+                               const std::map<std::pair<std::string, uint32_t>, std::string>& why) {
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& n : config_.nodes) {
+      auto it = failed.find(n.name);
+      const std::set<uint32_t> bad = it == failed.end() ? std::set<uint32_t>{} : it->second;
+      for (const auto& key : ledger_.SetUnhealthy(n.name, bad)) {
+        auto s = slices_.find(key);
+        if (s == slices_.end()) continue;
+        // Name the GPU(s) of this slice that failed, so the job's reason says why.
+        std::string gpus;
+        if (const auto* hold = ledger_.Find(key.first, key.second)) {
+          for (const auto& g : hold->gpus) {
+            for (uint32_t i : g.indices) {
+              if (g.node != n.name || !bad.contains(i)) continue;
+              auto w = why.find({g.node, i});
+              gpus += StrCat(gpus.empty() ? "" : ", ", g.node, ":", i,
+                             w == why.end() || w->second.empty() ? "" : StrCat(" (", w->second, ")"));
+            }
+          }
+        }
+        StopSliceLocked(&s->second, StrCat("GPU ", gpus, " failed its health check"));
+      }
+    }
+    ledger_.CheckInvariants();
+  }
+  if (on_change_) on_change_();
+}
+
 namespace {
 
 absl::Status CheckJobId(const std::string& id) {

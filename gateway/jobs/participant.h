@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -64,7 +65,13 @@ class Participant {
   // sweeper thread runs it; tests call it with a FakeClock.
   void Sweep();
 
-  // Free GPUs per node right now (total minus held and running).
+  // The GPUs that fail their health check now, per node (nodes not named
+  // are healthy): they leave the ad, and slices running on them are stopped
+  // (their coordinator retries the job elsewhere). `why` gives reasons.
+  void SetUnhealthy(const std::map<std::string, std::set<uint32_t>>& failed,
+                    const std::map<std::pair<std::string, uint32_t>, std::string>& why = {});
+
+  // Free GPUs per node right now (total minus held, running and unhealthy).
   std::map<std::string, uint32_t> FreeGpus();
 
  private:

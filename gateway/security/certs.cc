@@ -228,4 +228,19 @@ absl::Status IssueToDir(const std::string& ca_dir, const std::string& out_dir,
   return WriteFileAtomic(out_dir + "/cert.pem", kc->cert_pem, 0644);
 }
 
+absl::StatusOr<int64_t> CertNotAfterUnix(const std::string& pem_path) {
+  auto pem = ReadFile(pem_path);
+  if (!pem.ok()) return pem.status();
+  BIO* bio = BIO_new_mem_buf(pem->data(), static_cast<int>(pem->size()));
+  X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
+  BIO_free(bio);
+  if (cert == nullptr) return absl::InvalidArgumentError(fedgate::StrCat(pem_path, ": no PEM certificate"));
+  const ASN1_TIME* not_after = X509_get0_notAfter(cert);
+  struct tm tm {};
+  const bool ok = ASN1_TIME_to_tm(not_after, &tm) == 1;
+  X509_free(cert);
+  if (!ok) return absl::InvalidArgumentError(fedgate::StrCat(pem_path, ": unreadable notAfter"));
+  return static_cast<int64_t>(timegm(&tm));
+}
+
 }  // namespace fedgate::gateway

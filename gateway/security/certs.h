@@ -43,6 +43,9 @@ absl::Status IssueToDir(const std::string& ca_dir, const std::string& out_dir,
                         const std::string& uri, const std::vector<std::string>& dns,
                         const std::vector<std::string>& ips, int valid_days);
 
+// The notAfter of the first certificate in a PEM file, as Unix seconds.
+absl::StatusOr<int64_t> CertNotAfterUnix(const std::string& pem_path);
+
 // Writes `content` to `path` atomically (temporary file, fsync, rename).
 absl::Status WriteFileAtomic(const std::string& path, const std::string& content, int mode);
 absl::StatusOr<std::string> ReadFile(const std::string& path);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <chrono>
 #include <map>
 #include <cstdio>
 #include <set>
@@ -273,6 +274,61 @@ TEST_F(RunTest, WatchAndLogsStreamUntilTheJobEnds) {
   auto w2 = RunCommand(with({"jobs", "watch", failing}), {}, 60000);
   EXPECT_EQ(w2.exit_code, 1) << "watch exits non-zero when the job did not succeed";
   EXPECT_NE(w2.out.find("FAILED"), std::string::npos) << w2.out;
+}
+
+// health.command (DESIGN.md): a GPU that fails leaves the ad within an
+// interval, the slice on it stops and the job runs again elsewhere, and the
+// GPU comes back once it passes.
+TEST_F(RunTest, AFailingGpuLeavesTheAdItsJobMovesAndItReturnsWhenHealthy) {
+  const std::string health = tmp_ / "health.txt";
+  WriteText(health, "");
+  SiteOptions a;
+  a.site = "site-a";
+  a.peers = {"site-b"};
+  a.node_lines = {"{name: site-a-n1, address: 127.0.0.1, gpu_model: A100-80GB, gpus: 2}"};
+  a.extra_yaml = "health: {command: 'cat " + health + "', interval: 300ms}\n";
+  fed_.AddSite(a);
+  AddSite("site-b", {"site-a"}, 2);
+  fed_.StartAll();
+  ASSERT_TRUE(Eventually([&] { return Free("site-b", "site-a") == 2 && Free("site-a", "site-b") == 2; },
+                         15000));
+
+  // Leaves the ad: the site sees it at its next probe and re-advertises at
+  // once; allow one health interval, one advertise interval and slack.
+  WriteText(health, "site-a-n1 0 fail Xid 79: GPU has fallen off the bus\n");
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(Eventually([&] { return Free("site-b", "site-a") == 1; }, 10000, 20));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("failing GPU left site-b's view of site-a after %.2f s\n", seconds);
+  EXPECT_LT(seconds, 2.0);
+  EXPECT_EQ(Metric(fed_.ops_port("site-a"), "fedgate_gpu_healthy{node=\"site-a-n1\",gpu=\"0\"}"), 0);
+  WriteText(health, "site-a-n1 0 ok\n");
+  ASSERT_TRUE(Eventually([&] { return Free("site-b", "site-a") == 2; }, 10000, 20));
+
+  // A job running on the GPU: stopped, retried on the other site.
+  const std::string id = Submit("site-a", "name: h\ngpus: 2\ncommand: [sleep, '60']\n");
+  ASSERT_TRUE(WaitState("site-a", id, v1::Job::RUNNING, 20000)) << Get("site-a", id).reason();
+  ASSERT_EQ(Get("site-a", id).run().sites(0).site(), "site-a") << "ties break by name";
+  WriteText(health, "site-a-n1 1 fail ECC errors\n");
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const v1::Job j = Get("site-a", id);
+        return j.attempt() == 2 && j.state() == v1::Job::RUNNING;
+      },
+      30000, 100))
+      << Get("site-a", id).reason();
+  const v1::Job moved = Get("site-a", id);
+  ASSERT_EQ(moved.run().sites_size(), 1);
+  EXPECT_EQ(moved.run().sites(0).site(), "site-b") << "site-a has one healthy GPU left";
+  ASSERT_TRUE(Eventually([&] { return Free("site-b", "site-a") == 1; }, 10000))
+      << "GPU 0 is free again, GPU 1 stays withdrawn";
+  EXPECT_NE(fed_.log("site-a").find("GPU site-a-n1:1 (ECC errors) failed its health check"),
+            std::string::npos);
+
+  WriteText(health, "site-a-n1 1 ok\n");
+  EXPECT_TRUE(Eventually([&] { return Free("site-b", "site-a") == 2; }, 10000));
+  EXPECT_EQ(Alice("site-a", {"jobs", "cancel", id}).exit_code, 0);
 }
 
 }  // namespace

@@ -65,8 +65,13 @@ TEST_F(ConfigTest, AcceptsEveryKeyOfTheDesignExample) {
       "peers:\n  - {site: cn-shanghai, endpoint: sh.example:7443}\n"
       "advertise: {interval: 2s, ttl: 10s}\n"
       "bench: {probe_interval: 10m, probe_duration: 3s}\n"
-      "executor: {kind: process}\n");
+      "executor: {kind: process}\n"
+      "retention: {logs: 7d, jobs: 30d}\n"
+      "health: {command: /usr/local/bin/gpu-health, interval: 10s}\n");
   ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->health_command, "/usr/local/bin/gpu-health");
+  EXPECT_EQ(c->health_interval_ms, 10000);
+  EXPECT_EQ(c->retention_logs_ms, 7LL * 24 * 3600 * 1000);
   EXPECT_TRUE(c->nodes[0].rdma);
   EXPECT_EQ(c->nodes[0].labels.at("gpu-type"), "a100");
   EXPECT_EQ(c->peers[0].endpoint, "sh.example:7443");
@@ -106,6 +111,9 @@ TEST_F(ConfigTest, BadValuesNameTheKey) {
   ExpectError(Good("advertise: {interval: soon}\n"), "\"advertise.interval\": invalid duration");
   ExpectError(Good("executor: {kind: slurm}\n"), "unsupported executor \"slurm\"");
   ExpectError(Good().replace(0, 15, "site: CN Beijing"), "invalid site name");
+  ExpectError(Good("health: {interval: 10ms}\n"), "\"health.interval\" must be at least 100ms");
+  ExpectError(Good("health: {cmd: x}\n"), "unknown key \"health.cmd\"");
+  ExpectError(Good("retention: {logs: forever}\n"), "\"retention.logs\": invalid duration");
   ExpectError(Good("peers:\n  - {site: cn-beijing, endpoint: h:1}\n"), "this site itself");
 }
 

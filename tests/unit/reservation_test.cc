@@ -214,5 +214,47 @@ TEST_F(LedgerTest, PruneKeepsAtMostMaxJobsWithoutHolds) {
   EXPECT_TRUE(ledger_.CheckOwner("j1", "other").ok()) << "the oldest was kept";
 }
 
+TEST_F(LedgerTest, UnhealthyGpusAreNeverGivenOutAndStopWhatRunsOnThem) {
+  auto run = ledger_.Prepare("j1", 1, 1, kOwner, {{"n2", 2}}, 0, kTtl);  // GPUs 0, 1
+  ASSERT_TRUE(run.ok());
+  ASSERT_TRUE(ledger_.Commit("j1", 1, 1, "coord", 1).ok());
+  auto pending = ledger_.Prepare("j2", 1, 1, kOwner, {{"n2", 1}}, 0, kTtl);  // GPU 2
+  ASSERT_TRUE(pending.ok());
+  ASSERT_EQ(pending->gpus[0].indices, (std::vector<uint32_t>{2}));
+
+  auto hit = ledger_.SetUnhealthy("n2", {1, 2, 99});  // 99 does not exist: ignored
+  EXPECT_EQ(hit, (std::vector<ReservationLedger::HoldKey>{{"j1", 1}}))
+      << "only the committed hold on a failed GPU is returned to be stopped";
+  EXPECT_EQ(ledger_.Find("j2", 1), nullptr) << "the prepared hold on GPU 2 was dropped";
+  EXPECT_EQ(ledger_.Commit("j2", 1, 1, "coord", 2).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ledger_.FreeGpus("n2"), 1u) << "GPU 3 only: 0 and 1 held, 1 and 2 unhealthy";
+
+  auto next = ledger_.Prepare("j3", 1, 1, kOwner, {{"n2", 1}}, 0, kTtl);
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next->gpus[0].indices, (std::vector<uint32_t>{3}));
+  EXPECT_EQ(ledger_.Prepare("j4", 1, 1, kOwner, {{"n2", 1}}, 0, kTtl).status().code(),
+            absl::StatusCode::kResourceExhausted);
+
+  ledger_.MarkStopping("j1", 1);
+  ledger_.Release("j1", 1);
+  EXPECT_EQ(ledger_.FreeGpus("n2"), 1u) << "GPU 0 came back, 1 and 2 are still unhealthy";
+  ledger_.SetUnhealthy("n2", {});
+  EXPECT_EQ(ledger_.FreeGpus("n2"), 3u) << "healed: 0, 1, 2 free, 3 held by j3";
+  EXPECT_TRUE(ledger_.unhealthy().empty());
+  ledger_.CheckInvariants();
+}
+
+TEST_F(LedgerTest, ACordonedNodeTakesNoNewHoldsButKeepsWhatRuns) {
+  ASSERT_TRUE(ledger_.Prepare("j1", 1, 1, kOwner, {{"n1", 2}}, 0, kTtl).ok());
+  ASSERT_TRUE(ledger_.Commit("j1", 1, 1, "coord", 1).ok());
+  ledger_.SetCordoned("n1", true);
+  EXPECT_EQ(ledger_.FreeGpus("n1"), 0u);
+  EXPECT_EQ(ledger_.Prepare("j2", 1, 1, kOwner, {{"n1", 1}}, 0, kTtl).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(ledger_.Find("j1", 1), nullptr) << "the running hold is untouched";
+  ledger_.SetCordoned("n1", false);
+  EXPECT_EQ(ledger_.FreeGpus("n1"), 6u);
+}
+
 }  // namespace
 }  // namespace fedgate::federation
