@@ -27,24 +27,15 @@ FEDGATE="$BUILD/gateway/fedgate"
 FEDCTL="$BUILD/gateway/cli/fedctl"
 ALLREDUCE="$BUILD/deploy/workload/fedgate-allreduce"
 
-SITES=(cn-beijing cn-shanghai cn-shenzhen)
-declare -A GRPC_PORT OPS_PORT PIDS
-i=0
-for s in "${SITES[@]}"; do
-  GRPC_PORT[$s]=$((BASE_PORT + i * 10))
-  OPS_PORT[$s]=$((BASE_PORT + i * 10 + 1))
-  i=$((i + 1))
-done
+. "$REPO/deploy/local/federation.sh"
+SITES=("${FED_SITES[@]}")
 
 cleanup() {
   local code=$?
   trap - EXIT INT TERM
-  if [ ${#PIDS[@]} -gt 0 ]; then
+  if [ ${#FED_PIDS[@]} -gt 0 ]; then
     say "Stopping the gateways (SIGTERM: each withdraws its ad and exits 0)"
-    for s in "${!PIDS[@]}"; do kill -TERM "${PIDS[$s]}" 2>/dev/null || true; done
-    for s in "${!PIDS[@]}"; do
-      if wait "${PIDS[$s]}" 2>/dev/null; then echo "  $s exited cleanly"; else echo "  $s exited with $?"; fi
-    done
+    fed_stop
   fi
   if [ "$KEEP" = 1 ]; then echo "work dir kept: $WORK"; else rm -rf "$WORK"; fi
   exit $code
@@ -53,82 +44,22 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 say "Creating a CA for federation 'aidc' and certificates in $WORK"
-"$FEDCTL" certs init-ca --dir "$WORK/ca" --federation aidc 2>/dev/null
+fed_init "$WORK" "$BASE_PORT"
 for s in "${SITES[@]}"; do
-  "$FEDCTL" certs issue --ca-dir "$WORK/ca" --out "$WORK/$s/tls" --site "$s" --role gateway \
-    --dns localhost --ip 127.0.0.1 2>/dev/null
-  "$FEDCTL" certs issue --ca-dir "$WORK/ca" --out "$WORK/$s/admin" --site "$s" --role admin \
-    --name ops 2>/dev/null
   echo "  $s: gateway spiffe://aidc/site/$s/gateway, admin spiffe://aidc/site/$s/admin/ops"
 done
-"$FEDCTL" certs issue --ca-dir "$WORK/ca" --out "$WORK/alice" --tenant vision --user alice 2>/dev/null
 echo "  tenant user: spiffe://aidc/tenant/vision/user/alice"
 
-write_config() {
-  local site=$1 nodes=$2 peers=$3
-  cat >"$WORK/$site/fedgate.yaml" <<YAML
-site: $site
-federation: aidc
-listen:
-  grpc: 127.0.0.1:${GRPC_PORT[$site]}
-  http: 127.0.0.1:$((${GRPC_PORT[$site]} + 2))
-  ops: 127.0.0.1:${OPS_PORT[$site]}
-tls: {ca: tls/ca.pem, cert: tls/cert.pem, key: tls/key.pem}
-data_dir: data
-inventory:
-  source: static
-  nodes:
-$nodes
-peers:
-$peers
-advertise: {interval: 1s, ttl: 5s}
-bench: {probe_interval: 10m, probe_duration: 1s}
-executor: {kind: process}
-YAML
-}
-peer() { echo "  - {site: $1, endpoint: 127.0.0.1:${GRPC_PORT[$1]}}"; }
-
-write_config cn-beijing \
-"    - {name: bj-1, address: 127.0.0.1, gpu_model: A100-80GB, gpu_memory_gib: 80, gpus: 8, rdma: true, nic_gbps: 200}" \
-"$(peer cn-shanghai)"
-write_config cn-shanghai \
-"    - {name: sh-1, address: 127.0.0.1, gpu_model: A100-80GB, gpu_memory_gib: 80, gpus: 4, nic_gbps: 100}
-    - {name: sh-2, address: 127.0.0.1, gpu_model: H100, gpu_memory_gib: 80, gpus: 4, nic_gbps: 100}" \
-"$(peer cn-beijing)
-$(peer cn-shenzhen)"
-write_config cn-shenzhen \
-"    - {name: sz-1, address: 127.0.0.1, gpu_model: H100, gpu_memory_gib: 80, gpus: 8, rdma: true, nic_gbps: 400}
-    - {name: sz-2, address: 127.0.0.1, gpu_model: H100, gpu_memory_gib: 80, gpus: 8, rdma: true, nic_gbps: 400}" \
-"$(peer cn-shanghai)"
-
 say "Starting three gateways (partial mesh: beijing <-> shanghai <-> shenzhen)"
+fed_start
 for s in "${SITES[@]}"; do
-  "$FEDGATE" --config "$WORK/$s/fedgate.yaml" 2>"$WORK/$s/fedgate.log" &
-  PIDS[$s]=$!
-  echo "  $s: pid ${PIDS[$s]}, gRPC 127.0.0.1:${GRPC_PORT[$s]}, ops http://127.0.0.1:${OPS_PORT[$s]}/metrics, log $WORK/$s/fedgate.log"
+  echo "  $s: pid ${FED_PIDS[$s]}, gRPC 127.0.0.1:${FED_GRPC[$s]}, ops http://127.0.0.1:$(fed_port "$s" ops)/metrics, log $WORK/$s/fedgate.log"
 done
-
-fedctl_as() {  # fedctl_as SITE ARGS... : fedctl as that site's admin
-  local s=$1; shift
-  "$FEDCTL" --gateway "127.0.0.1:${GRPC_PORT[$s]}" --tls-dir "$WORK/$s/admin" "$@"
-}
+fedctl_as() { fed_admin "$@"; }
 
 say "Waiting until every site sees all three sites"
 start_ms=$(( $(date +%s%N) / 1000000 ))
-deadline=$(( $(date +%s) + 60 ))
-while :; do
-  converged=1
-  for s in "${SITES[@]}"; do
-    if ! kill -0 "${PIDS[$s]}" 2>/dev/null; then
-      echo "gateway $s died; its log:" >&2; tail -20 "$WORK/$s/fedgate.log" >&2; exit 1
-    fi
-    n=$(fedctl_as "$s" -o json capacity 2>/dev/null | grep -o '"state":"\(up\|local\)"' | wc -l || true)
-    [ "$n" = 3 ] || converged=0
-  done
-  [ $converged = 1 ] && break
-  if [ "$(date +%s)" -ge $deadline ]; then echo "not converged after 60s" >&2; exit 1; fi
-  sleep 0.2
-done
+fed_wait_converged 60
 echo "  converged in $(( $(date +%s%N) / 1000000 - start_ms )) ms"
 
 for s in "${SITES[@]}"; do
@@ -155,9 +86,7 @@ for s in "${SITES[@]}"; do
   fedctl_as "$s" links
 done
 
-alice() {  # fedctl as the tenant user, talking to cn-beijing
-  "$FEDCTL" --gateway "127.0.0.1:${GRPC_PORT[cn-beijing]}" --tls-dir "$WORK/alice" "$@"
-}
+alice() { fed_alice "$@"; }  # fedctl as the tenant user, talking to cn-beijing
 cat >"$WORK/job.yaml" <<YAML
 name: allreduce-12
 gpus: 12
@@ -175,7 +104,7 @@ say "fedctl jobs submit, as tenant vision, to cn-beijing"
 JOB=$(alice -o json jobs submit -f "$WORK/job.yaml" | python3 -c 'import json,sys; print(json.load(sys.stdin)["job"]["id"])')
 echo "  job $JOB accepted (durable)"
 say "fedctl jobs watch $JOB"
-if ! timeout 120 "$FEDCTL" --gateway "127.0.0.1:${GRPC_PORT[cn-beijing]}" --tls-dir "$WORK/alice" jobs watch "$JOB"; then
+if ! timeout 120 "$FEDCTL" --gateway "127.0.0.1:${FED_GRPC[cn-beijing]}" --tls-dir "$WORK/alice" jobs watch "$JOB"; then
   echo "the job did not succeed; rank 0 said:" >&2
   alice jobs logs "$JOB" --rank 0 >&2 || true
   exit 1
@@ -193,7 +122,7 @@ gpu_models: [A100-80GB]
 command: [/usr/bin/python3, $REPO/deploy/workload/torch_allreduce.py]
 YAML
 TJOB=$(alice -o json jobs submit -f "$WORK/torch.yaml" | python3 -c 'import json,sys; print(json.load(sys.stdin)["job"]["id"])')
-if timeout 180 "$FEDCTL" --gateway "127.0.0.1:${GRPC_PORT[cn-beijing]}" --tls-dir "$WORK/alice" jobs watch "$TJOB"; then
+if timeout 180 "$FEDCTL" --gateway "127.0.0.1:${FED_GRPC[cn-beijing]}" --tls-dir "$WORK/alice" jobs watch "$TJOB"; then
   for r in $(seq 0 9); do alice jobs logs "$TJOB" --rank "$r" | grep 'torch rank'; done
 else
   echo "the torch job did not succeed (rank 0 below)"; alice jobs logs "$TJOB" --rank 0 || true

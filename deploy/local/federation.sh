@@ -1,0 +1,150 @@
+# A local 3-site fedgate federation on loopback, as a bash library (sourced by
+# deploy/local/demo.sh, bench/load.sh and tests/ops/*.sh):
+#   cn-beijing  (1 node x 8 A100-80GB)
+#   cn-shanghai (1 node x 4 A100-80GB, 1 node x 4 H100)
+#   cn-shenzhen (2 nodes x 8 H100)
+# peered as a partial mesh (beijing - shanghai - shenzhen). gRPC ports are
+# BASE, BASE+10, BASE+20 (peers' configs name them); REST and ops bind port
+# 0 and are read back from each gateway's data/ports file.
+#
+#   fed_init WORK BASE_PORT [EXTRA_YAML]   certificates and configs
+#   fed_start                               starts the three gateways
+#   fed_wait_converged [SECONDS]            until every site sees all three
+#   fed_port SITE grpc|http|ops             a port of a running gateway
+#   fed_admin SITE ARGS...                  fedctl as that site's admin
+#   fed_alice ARGS...                       fedctl as tenant user alice (to cn-beijing)
+#   fed_stop                                SIGTERM to the gateways it started, by pid
+# Needs FEDGATE and FEDCTL (binary paths) set by the caller.
+
+FED_SITES=(cn-beijing cn-shanghai cn-shenzhen)
+declare -A FED_GRPC FED_PIDS
+
+fed_init() {
+  FED_WORK=$1
+  local base=$2 extra=${3:-} i=0 s
+  for s in "${FED_SITES[@]}"; do FED_GRPC[$s]=$((base + i * 10)); i=$((i + 1)); done
+  "$FEDCTL" certs init-ca --dir "$FED_WORK/ca" --federation aidc 2>/dev/null
+  for s in "${FED_SITES[@]}"; do
+    "$FEDCTL" certs issue --ca-dir "$FED_WORK/ca" --out "$FED_WORK/$s/tls" --site "$s" \
+      --role gateway --dns localhost --ip 127.0.0.1 2>/dev/null
+    "$FEDCTL" certs issue --ca-dir "$FED_WORK/ca" --out "$FED_WORK/$s/admin" --site "$s" \
+      --role admin --name ops 2>/dev/null
+  done
+  "$FEDCTL" certs issue --ca-dir "$FED_WORK/ca" --out "$FED_WORK/alice" --tenant vision \
+    --user alice 2>/dev/null
+  _fed_config cn-beijing \
+"    - {name: bj-1, address: 127.0.0.1, gpu_model: A100-80GB, gpu_memory_gib: 80, gpus: 8, rdma: true, nic_gbps: 200}" \
+"$(_fed_peer cn-shanghai)" "$extra"
+  _fed_config cn-shanghai \
+"    - {name: sh-1, address: 127.0.0.1, gpu_model: A100-80GB, gpu_memory_gib: 80, gpus: 4, nic_gbps: 100}
+    - {name: sh-2, address: 127.0.0.1, gpu_model: H100, gpu_memory_gib: 80, gpus: 4, nic_gbps: 100}" \
+"$(_fed_peer cn-beijing)
+$(_fed_peer cn-shenzhen)" "$extra"
+  _fed_config cn-shenzhen \
+"    - {name: sz-1, address: 127.0.0.1, gpu_model: H100, gpu_memory_gib: 80, gpus: 8, rdma: true, nic_gbps: 400}
+    - {name: sz-2, address: 127.0.0.1, gpu_model: H100, gpu_memory_gib: 80, gpus: 8, rdma: true, nic_gbps: 400}" \
+"$(_fed_peer cn-shanghai)" "$extra"
+}
+
+_fed_peer() { echo "  - {site: $1, endpoint: 127.0.0.1:${FED_GRPC[$1]}}"; }
+
+_fed_config() {
+  local site=$1 nodes=$2 peers=$3 extra=$4
+  cat >"$FED_WORK/$site/fedgate.yaml" <<YAML
+site: $site
+federation: aidc
+listen:
+  grpc: 127.0.0.1:${FED_GRPC[$site]}
+  http: 127.0.0.1:0
+  ops: 127.0.0.1:0
+tls: {ca: tls/ca.pem, cert: tls/cert.pem, key: tls/key.pem}
+data_dir: data
+inventory:
+  source: static
+  nodes:
+$nodes
+peers:
+$peers
+advertise: {interval: 1s, ttl: 5s}
+bench: {probe_interval: 10m, probe_duration: 1s}
+executor: {kind: process}
+$extra
+YAML
+}
+
+fed_start() {
+  local s
+  for s in "${FED_SITES[@]}"; do
+    rm -f "$FED_WORK/$s/data/ports"
+    "$FEDGATE" --config "$FED_WORK/$s/fedgate.yaml" 2>"$FED_WORK/$s/fedgate.log" &
+    FED_PIDS[$s]=$!
+  done
+}
+
+fed_port() {  # fed_port SITE grpc|http|ops: waits up to 20 s for the gateway to listen
+  local s=$1 kind=$2 i
+  for i in $(seq 200); do
+    if [ -s "$FED_WORK/$s/data/ports" ]; then
+      awk -v k="$kind" '$1 == k { print $2 }' "$FED_WORK/$s/data/ports"
+      return 0
+    fi
+    kill -0 "${FED_PIDS[$s]}" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "fed_port: $s is not listening; its log:" >&2
+  tail -20 "$FED_WORK/$s/fedgate.log" >&2
+  return 1
+}
+
+fed_admin() {
+  local s=$1; shift
+  "$FEDCTL" --gateway "127.0.0.1:${FED_GRPC[$s]}" --tls-dir "$FED_WORK/$s/admin" "$@"
+}
+
+fed_alice() { "$FEDCTL" --gateway "127.0.0.1:${FED_GRPC[cn-beijing]}" --tls-dir "$FED_WORK/alice" "$@"; }
+
+fed_wait_converged() {
+  local deadline=$(( $(date +%s) + ${1:-60} )) s n converged
+  while :; do
+    converged=1
+    for s in "${FED_SITES[@]}"; do
+      if ! kill -0 "${FED_PIDS[$s]}" 2>/dev/null; then
+        echo "gateway $s died; its log:" >&2; tail -20 "$FED_WORK/$s/fedgate.log" >&2; return 1
+      fi
+      n=$(fed_admin "$s" -o json capacity 2>/dev/null | grep -o '"state":"\(up\|local\)"' | wc -l || true)
+      [ "$n" = 3 ] || converged=0
+    done
+    [ $converged = 1 ] && return 0
+    if [ "$(date +%s)" -ge $deadline ]; then echo "not converged after ${1:-60}s" >&2; return 1; fi
+    sleep 0.2
+  done
+}
+
+fed_stop() {
+  local s
+  [ ${#FED_PIDS[@]} -gt 0 ] || return 0
+  for s in "${!FED_PIDS[@]}"; do kill -TERM "${FED_PIDS[$s]}" 2>/dev/null || true; done
+  for s in "${!FED_PIDS[@]}"; do
+    if wait "${FED_PIDS[$s]}" 2>/dev/null; then echo "  $s exited cleanly"; else echo "  $s exited with $?"; fi
+  done
+  FED_PIDS=()
+}
+
+# A base port with BASE..BASE+29 free right now (the gRPC ports must be known
+# before start, since peers' configs name them).
+fed_free_base() {
+  /usr/bin/python3 - <<'PY'
+import random, socket
+for _ in range(200):
+    base = random.randrange(20000, 59000, 10)
+    socks = []
+    try:
+        for p in (base, base + 10, base + 20):
+            s = socket.socket(); s.bind(("127.0.0.1", p)); socks.append(s)
+        print(base); break
+    except OSError:
+        pass
+    finally:
+        for s in socks: s.close()
+PY
+}
