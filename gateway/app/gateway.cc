@@ -151,6 +151,25 @@ absl::Status Gateway::Start() {
     metrics_->Describe("fedgate_job_store_commit_seconds", "histogram",
                        "Duration of one job-store transaction (fsync included).",
                        {0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5});
+    metrics_->Describe("fedgate_job_gpus", "gauge",
+                       "GPUs asked by jobs coordinated here that have not ended, by state "
+                       "(PENDING, RESERVING, RUNNING), tenant and priority.");
+    metrics_->Describe("fedgate_reservation_phase_seconds", "histogram",
+                       "Duration of a two-phase reservation's phases (prepare on every site at "
+                       "once, commit on every site at once), by result.",
+                       {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5});
+    metrics_->Describe("fedgate_reservations_total", "counter",
+                       "Reservations that ended committed or aborted (a site refused or failed, "
+                       "or the job ended meanwhile).");
+    coordinator_->SetOnReservation([m = metrics_.get()](const char* phase, bool ok, double s) {
+      if (phase[0] == 'p' || phase[0] == 'c') {
+        m->Observe("fedgate_reservation_phase_seconds",
+                   {{"phase", phase}, {"result", ok ? "ok" : "failed"}}, s);
+      }
+    });
+    coordinator_->SetOnReservationEnd([m = metrics_.get()](bool committed) {
+      m->Inc("fedgate_reservations_total", {{"result", committed ? "committed" : "aborted"}});
+    });
     coordinator_->SetOnScheduled([m = metrics_.get()](double s, const JobRecord& j) {
       m->Observe("fedgate_job_scheduling_delay_seconds",
                  {{"tenant", j.tenant}, {"priority", j.spec.priority()}}, s);
@@ -174,6 +193,13 @@ absl::Status Gateway::Start() {
           by_state.push_back({{{"state", state}}, static_cast<double>(n)});
         }
         m.SetFamily("fedgate_jobs", by_state);
+        std::vector<std::pair<Labels, double>> gpus;
+        for (const auto& [key, n] : counts->active_gpus) {
+          const auto& [state, tenant, priority] = key;
+          gpus.push_back({{{"state", state}, {"tenant", tenant}, {"priority", priority}},
+                          static_cast<double>(n)});
+        }
+        m.SetFamily("fedgate_job_gpus", gpus);
         const int64_t now = clock->NowMs();
         m.Set("fedgate_job_oldest_pending_seconds", {},
               counts->oldest_pending_created_ms

@@ -224,6 +224,10 @@ void Coordinator::TryStart(JobRecord job, const std::vector<std::string>& unreac
   // Phase one, on every site at once: hold GPUs; rank 0's site also picks
   // MASTER_PORT.
   const int n = next.sites_size();
+  const auto prepare_start = std::chrono::steady_clock::now();
+  auto seconds_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
   std::vector<v1::PrepareRequest> reqs(n);
   std::vector<absl::StatusOr<v1::PrepareResponse>> answers(n, absl::UnknownError("no answer"));
   Latch latch;
@@ -266,7 +270,9 @@ void Coordinator::TryStart(JobRecord job, const std::vector<std::string>& unreac
     for (auto& r : *site.mutable_ranks()) r.set_gpu(gpus[r.node()][used[r.node()]++]);
   }
   CrashPoint("coordinator-after-prepare");
+  if (on_phase_) on_phase_("prepare", failed.empty(), seconds_since(prepare_start));
   if (!failed.empty()) {
+    if (on_reservation_end_) on_reservation_end_(false);
     UndoReservation(job, StrCat("reservation failed at ", failed, "; will retry"));
     return;
   }
@@ -278,6 +284,7 @@ void Coordinator::TryStart(JobRecord job, const std::vector<std::string>& unreac
   job.run = next.SerializeAsString();
   job.updated_at_unix_ms = core_->clock()->NowMs();
   if (!Save(&job)) {
+    if (on_reservation_end_) on_reservation_end_(false);
     StopRun(job, "the job ended during its reservation");
     return;
   }
@@ -290,8 +297,12 @@ void Coordinator::TryStart(JobRecord job, const std::vector<std::string>& unreac
   CrashPoint("coordinator-after-decision");
   std::vector<int> all(n);
   for (int i = 0; i < n; ++i) all[i] = i;
-  if (auto st = CommitAll(job, next, all); !st.ok()) {
-    Fail(job, next, std::string(st.message()), "");
+  const auto commit_start = std::chrono::steady_clock::now();
+  auto committed = CommitAll(job, next, all);
+  if (on_phase_) on_phase_("commit", committed.ok(), seconds_since(commit_start));
+  if (on_reservation_end_) on_reservation_end_(committed.ok());
+  if (!committed.ok()) {
+    Fail(job, next, std::string(committed.message()), "");
     return;
   }
   CrashPoint("coordinator-after-first-commit");

@@ -62,6 +62,14 @@ class Coordinator {
     on_scheduled_ = std::move(fn);
   }
 
+  // Called with each reservation phase ("prepare", "commit"), whether it
+  // succeeded everywhere, and its duration in seconds; and with the end of
+  // each reservation (committed or aborted). Set before Start.
+  void SetOnReservation(std::function<void(const char*, bool, double)> fn) {
+    on_phase_ = std::move(fn);
+  }
+  void SetOnReservationEnd(std::function<void(bool)> fn) { on_reservation_end_ = std::move(fn); }
+
   // One pass of each loop; the threads run them, tests call them directly
   // (with a FakeClock, without Start). Both block until every call they make
   // has answered or passed its deadline.
@@ -89,6 +97,8 @@ class Coordinator {
   bool Save(JobRecord* job);
 
   std::function<void(double, const JobRecord&)> on_scheduled_;
+  std::function<void(const char*, bool, double)> on_phase_;
+  std::function<void(bool)> on_reservation_end_;
   GatewayCore* core_;
   JobStore* store_;
   ParticipantCalls* participants_;

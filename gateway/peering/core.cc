@@ -40,6 +40,8 @@ GatewayCore::GatewayCore(const Config& config, const federation::Clock* clock, S
   metrics_->Describe("fedgate_peers_approved", "gauge", "Approved peers.");
   metrics_->Describe("fedgate_ad_oldest_age_seconds", "gauge",
                      "Age of the oldest unexpired ad from another site.");
+  metrics_->Describe("fedgate_ad_age_seconds", "gauge",
+                     "Time since the newest ad of each other site arrived (gone once it expires).");
   metrics_->Describe("fedgate_sites_known", "gauge", "Sites with an unexpired ad, this one too.");
   metrics_->Describe("fedgate_peer_rpc_handled_total", "counter",
                      "Peer RPCs that passed authorization and reached their handler.");
@@ -430,6 +432,12 @@ void GatewayCore::UpdateGaugesLocked() {
     }
   }
   metrics_->SetFamily("fedgate_site_gpus", gpus);
+  std::vector<std::pair<Labels, double>> ad_age;
+  for (const auto& a : ads_.Fresh()) {
+    if (a.ad.origin() == config_.site) continue;
+    ad_age.push_back({{{"origin", a.ad.origin()}}, std::max<int64_t>(0, now - a.received_at_ms) / 1000.0});
+  }
+  metrics_->SetFamily("fedgate_ad_age_seconds", ad_age);
   metrics_->SetFamily("fedgate_link_gbps", gbps);
   metrics_->SetFamily("fedgate_link_age_seconds", age);
 }

@@ -264,11 +264,27 @@ absl::StatusOr<JobStore::Counts> JobStore::Count() {
     }
     if (rc != SQLITE_DONE) return SqlError(reader_, "count");
   }
-  SqlStmt st(reader_, "SELECT MIN(created_at_unix_ms) FROM jobs WHERE state = 'PENDING';");
-  if (!st.ok()) return SqlError(reader_, "count");
-  if (sqlite3_step(st.get()) == SQLITE_ROW && sqlite3_column_type(st.get(), 0) != SQLITE_NULL) {
-    out.oldest_pending_created_ms = sqlite3_column_int64(st.get(), 0);
+  {
+    SqlStmt st(reader_, "SELECT MIN(created_at_unix_ms) FROM jobs WHERE state = 'PENDING';");
+    if (!st.ok()) return SqlError(reader_, "count");
+    if (sqlite3_step(st.get()) == SQLITE_ROW && sqlite3_column_type(st.get(), 0) != SQLITE_NULL) {
+      out.oldest_pending_created_ms = sqlite3_column_int64(st.get(), 0);
+    }
   }
+  // GPUs asked by jobs that have not ended, by state, tenant and priority
+  // (the spec is a blob: parsed here, at scrape time, for active jobs only).
+  SqlStmt st(reader_,
+             "SELECT state, tenant, spec FROM jobs WHERE state IN ('PENDING', 'RESERVING', "
+             "'RUNNING');");
+  if (!st.ok()) return SqlError(reader_, "count");
+  int rc;
+  v1::JobSpec spec;
+  while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) {
+    spec.Clear();
+    spec.ParseFromArray(sqlite3_column_blob(st.get(), 2), sqlite3_column_bytes(st.get(), 2));
+    out.active_gpus[{ColText(st.get(), 0), ColText(st.get(), 1), spec.priority()}] += spec.gpus();
+  }
+  if (rc != SQLITE_DONE) return SqlError(reader_, "count");
   return out;
 }
 

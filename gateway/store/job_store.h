@@ -15,6 +15,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <thread>
 #include <vector>
 
@@ -82,6 +83,8 @@ class JobStore {
   struct Counts {
     std::map<std::string, int64_t> by_state;
     std::optional<int64_t> oldest_pending_created_ms;
+    // (state, tenant, priority) -> GPUs, for PENDING, RESERVING and RUNNING.
+    std::map<std::tuple<std::string, std::string, std::string>, int64_t> active_gpus;
   };
   absl::StatusOr<Counts> Count();
 
