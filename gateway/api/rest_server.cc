@@ -2,6 +2,8 @@
 #include "base/host_port.h"
 
 #include <google/protobuf/util/json_util.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
@@ -96,7 +98,11 @@ struct RestServer::Impl {
         if (stop) return;
         continue;
       }
-      if (active.load() >= 64) continue;  // drop: too many open connections
+      // Connections past the cap wait in the kernel's accept queue instead
+      // of being dropped: a burst of clients is slowed, not failed.
+      while (active.load() >= kMaxConnections && !stop) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
       ++active;
       std::thread([this, s = std::move(sock)]() mutable {
         Serve(std::move(s));
@@ -109,6 +115,8 @@ struct RestServer::Impl {
     timeval tv{5, 0};
     ::setsockopt(sock.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     ::setsockopt(sock.native_handle(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    int one = 1;
+    ::setsockopt(sock.native_handle(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     ssl::stream<tcp::socket> stream(std::move(sock), tls);
     boost::system::error_code ec;
     stream.handshake(ssl::stream_base::server, ec);
@@ -116,23 +124,36 @@ struct RestServer::Impl {
       metrics->Inc("fedgate_authz_refusals_total", {{"rpc_class", "rest"}, {"reason", "handshake"}});
       return;
     }
+    // HTTP/1.1 keep-alive: one TLS handshake serves many requests, up to a
+    // cap (so one client cannot hold a thread for ever) or until the client
+    // closes or stays idle past the receive timeout.
     boost::beast::flat_buffer buf;
-    http::request_parser<http::string_body> parser;
-    parser.body_limit(kMaxBodyBytes);
-    http::read(stream, buf, parser, ec);
-    http::response<http::string_body> res;
-    res.keep_alive(false);
-    res.set(http::field::content_type, "application/json");
-    if (ec == http::error::body_limit) {
-      Respond(&res, absl::ResourceExhaustedError(StrCat("body larger than ", kMaxBodyBytes, " bytes")),
-              413);
-    } else if (ec) {
-      Respond(&res, absl::InvalidArgumentError(StrCat("malformed HTTP request: ", ec.message())), 400);
-    } else {
-      Handle(stream, parser.get(), &res);
+    for (int served = 0; served < kMaxRequestsPerConnection && !stop; ++served) {
+      http::request_parser<http::string_body> parser;
+      parser.body_limit(kMaxBodyBytes);
+      http::read(stream, buf, parser, ec);
+      if (ec == http::error::end_of_stream || ec == boost::asio::error::eof ||
+          ec == boost::asio::ssl::error::stream_truncated ||
+          (ec && served > 0 && buf.size() == 0)) {
+        break;  // the client is done (or idle): nothing half-read to answer
+      }
+      http::response<http::string_body> res;
+      res.set(http::field::content_type, "application/json");
+      bool keep = false;
+      if (ec == http::error::body_limit) {
+        Respond(&res, absl::ResourceExhaustedError(StrCat("body larger than ", kMaxBodyBytes, " bytes")),
+                413);
+      } else if (ec) {
+        Respond(&res, absl::InvalidArgumentError(StrCat("malformed HTTP request: ", ec.message())), 400);
+      } else {
+        Handle(stream, parser.get(), &res);
+        keep = parser.get().keep_alive() && served + 1 < kMaxRequestsPerConnection;
+      }
+      res.keep_alive(keep);
+      res.prepare_payload();
+      http::write(stream, res, ec);
+      if (ec || !keep) break;
     }
-    res.prepare_payload();
-    http::write(stream, res, ec);
     stream.shutdown(ec);
   }
 

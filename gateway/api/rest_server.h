@@ -24,6 +24,9 @@ class Metrics;
 class RestServer {
  public:
   static constexpr size_t kMaxBodyBytes = 1 << 20;
+  // Open connections (one thread each) and requests served on one of them.
+  static constexpr int kMaxConnections = 512;
+  static constexpr int kMaxRequestsPerConnection = 1000;
   static absl::StatusOr<std::unique_ptr<RestServer>> Start(const Config& config, JobManager* jobs,
                                                           Metrics* metrics);
   ~RestServer();
