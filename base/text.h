@@ -2,6 +2,7 @@
 // string_view type, so absl::StrSplit does not take std::string_view).
 #pragma once
 
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -38,6 +39,22 @@ inline std::vector<std::string_view> Words(std::string_view s, size_t max_words)
     s = Trim(s.substr(at));
   }
   if (!s.empty()) out.push_back(s);
+  return out;
+}
+
+// For a JSON string's inside: quotes and backslashes escaped, control
+// characters become spaces (one log line stays one line).
+inline std::string JsonEscape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      out += ' ';
+      continue;
+    }
+    out += c;
+  }
   return out;
 }
 

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "base/str_cat.h"
+#include "base/text.h"
 #include "gateway/security/authz.h"
 #include "gateway/security/identity.h"
 #include "gateway/jobs/job_manager.h"
@@ -46,19 +47,6 @@ int HttpCode(absl::StatusCode c) {
     case absl::StatusCode::kDeadlineExceeded: return 504;
     default: return 500;
   }
-}
-
-std::string JsonEscape(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      out += ' ';
-      continue;
-    }
-    out += c;
-  }
-  return out;
 }
 
 std::string ErrorBody(const absl::Status& st) {

@@ -2,6 +2,9 @@
 
 #include <chrono>
 
+#include "absl/strings/ascii.h"
+#include "gateway/ops/audit_log.h"
+
 
 #include "gateway/security/authz.h"
 #include "gateway/peering/bench_host.h"
@@ -118,12 +121,26 @@ grpc::ServerUnaryReactor* AdminServiceImpl::ListPeers(grpc::CallbackServerContex
   });
 }
 
+namespace {
+
+int64_t WallMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
 grpc::ServerUnaryReactor* AdminServiceImpl::AddPeer(grpc::CallbackServerContext* ctx,
                                                     const v1::AddPeerRequest* req,
                                                     v1::AddPeerResponse* resp) {
-  return Guarded(ctx, authz_, metrics_, RpcClass::kAdmin, "AddPeer", [&](const Identity&) {
+  return Guarded(ctx, authz_, metrics_, RpcClass::kAdmin, "AddPeer", [&](const Identity& id) {
     auto out = core_->AddPeer(req->site(), req->endpoint());
     if (out.ok()) *resp->mutable_peer() = std::move(*out);
+    if (audit_ != nullptr) {
+      audit_->Record(id.ToUri(), "peers.add", {{"site", req->site()}, {"endpoint", req->endpoint()}},
+                     out.status(), WallMs());
+    }
     return out.status();
   });
 }
@@ -131,8 +148,51 @@ grpc::ServerUnaryReactor* AdminServiceImpl::AddPeer(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* AdminServiceImpl::RemovePeer(grpc::CallbackServerContext* ctx,
                                                        const v1::RemovePeerRequest* req,
                                                        v1::RemovePeerResponse*) {
-  return Guarded(ctx, authz_, metrics_, RpcClass::kAdmin, "RemovePeer",
-                 [&](const Identity&) { return core_->RemovePeer(req->site()); });
+  return Guarded(ctx, authz_, metrics_, RpcClass::kAdmin, "RemovePeer", [&](const Identity& id) {
+    auto st = core_->RemovePeer(req->site());
+    if (audit_ != nullptr) audit_->Record(id.ToUri(), "peers.remove", {{"site", req->site()}}, st, WallMs());
+    return st;
+  });
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::ListNodes(grpc::CallbackServerContext* ctx,
+                                                      const v1::ListNodesRequest*,
+                                                      v1::ListNodesResponse* resp) {
+  return Guarded(ctx, authz_, metrics_, RpcClass::kAdmin, "ListNodes", [&](const Identity&) {
+    for (auto& n : participant_->Nodes()) *resp->add_nodes() = std::move(n);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::CordonNode(grpc::CallbackServerContext* ctx,
+                                                       const v1::CordonNodeRequest* req,
+                                                       v1::CordonNodeResponse* resp) {
+  return Guarded(ctx, authz_, metrics_, RpcClass::kAdmin, "CordonNode", [&](const Identity& id) {
+    const auto action = req->action();
+    absl::Status st;
+    if (action == v1::CordonNodeRequest::ACTION_UNSPECIFIED ||
+        !v1::CordonNodeRequest::Action_IsValid(action)) {
+      st = absl::InvalidArgumentError("action must be CORDON, UNCORDON or DRAIN");
+    } else if (req->preempt() && action != v1::CordonNodeRequest::DRAIN) {
+      st = absl::InvalidArgumentError("preempt applies to DRAIN only");
+    } else {
+      auto v = participant_->SetCordoned(req->node(), action != v1::CordonNodeRequest::UNCORDON);
+      st = v.status();
+      if (v.ok()) *resp->mutable_node() = *v;
+      if (st.ok() && action == v1::CordonNodeRequest::DRAIN && req->preempt()) {
+        auto n = participant_->StopSlicesOn(
+            req->node(), StrCat("node ", req->node(), " drained by ", id.ToUri()));
+        st = n.status();
+        if (n.ok()) resp->set_stopped_slices(*n);
+      }
+    }
+    if (audit_ != nullptr) {
+      audit_->Record(id.ToUri(), StrCat("nodes.", absl::AsciiStrToLower(v1::CordonNodeRequest::Action_Name(action))),
+                     {{"node", req->node()}, {"preempt", req->preempt() ? "true" : "false"}}, st,
+                     WallMs());
+    }
+    return st;
+  });
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::GetCapacity(grpc::CallbackServerContext* ctx,

@@ -8,6 +8,7 @@
 
 namespace fedgate::gateway {
 
+class AuditLog;
 class Authorizer;
 class BenchHost;
 class GatewayCore;
@@ -53,8 +54,17 @@ class PeerServiceImpl final : public v1::PeerService::CallbackService {
 
 class AdminServiceImpl final : public v1::AdminService::CallbackService {
  public:
-  AdminServiceImpl(GatewayCore* core, const Authorizer* authz, Metrics* metrics, Prober* prober)
-      : core_(core), authz_(authz), metrics_(metrics), prober_(prober) {}
+  // Admin actions that change something are written to `audit`.
+  AdminServiceImpl(GatewayCore* core, const Authorizer* authz, Metrics* metrics, Prober* prober,
+                   Participant* participant, AuditLog* audit)
+      : core_(core), authz_(authz), metrics_(metrics), prober_(prober),
+        participant_(participant), audit_(audit) {}
+  grpc::ServerUnaryReactor* ListNodes(grpc::CallbackServerContext* ctx,
+                                      const v1::ListNodesRequest* req,
+                                      v1::ListNodesResponse* resp) override;
+  grpc::ServerUnaryReactor* CordonNode(grpc::CallbackServerContext* ctx,
+                                       const v1::CordonNodeRequest* req,
+                                       v1::CordonNodeResponse* resp) override;
   grpc::ServerUnaryReactor* ListPeers(grpc::CallbackServerContext* ctx,
                                       const v1::ListPeersRequest* req,
                                       v1::ListPeersResponse* resp) override;
@@ -79,6 +89,8 @@ class AdminServiceImpl final : public v1::AdminService::CallbackService {
   const Authorizer* authz_;
   Metrics* metrics_;
   Prober* prober_;
+  Participant* participant_;
+  AuditLog* audit_;
 };
 
 class JobManager;

@@ -21,6 +21,7 @@
 #include "gateway/jobs/job_manager.h"
 #include "gateway/store/job_store.h"
 #include "gateway/ops/metrics.h"
+#include "gateway/ops/audit_log.h"
 #include "gateway/ops/gpu_probe.h"
 #include "gateway/ops/ops_server.h"
 #include "gateway/peering/peer_links.h"
@@ -105,8 +106,11 @@ absl::Status Gateway::Start() {
   prober_ = std::make_unique<Prober>(core_.get(), metrics_.get(), client_certs_);
   peer_service_ = std::make_unique<PeerServiceImpl>(core_.get(), authz_.get(), metrics_.get(),
                                                     bench_host_.get(), participant_.get());
+  auto audit = AuditLog::Open(config_.data_dir + "/audit.log");
+  if (!audit.ok()) return audit.status();
+  audit_ = std::move(*audit);
   admin_service_ = std::make_unique<AdminServiceImpl>(core_.get(), authz_.get(), metrics_.get(),
-                                                      prober_.get());
+                                                      prober_.get(), participant_.get(), audit_.get());
   // FEDGATE_BENCH_NO_STORE=1 is the no-store baseline of the submit benchmark.
   const char* no_store = std::getenv("FEDGATE_BENCH_NO_STORE");
   if (no_store == nullptr || std::string(no_store) != "1") {

@@ -24,6 +24,7 @@ class GatewayCore;
 class Metrics;
 class OpsServer;
 class GpuHealthProbe;
+class AuditLog;
 class PeerLinks;
 class PeerServiceImpl;
 class AdminServiceImpl;
@@ -74,6 +75,7 @@ class Gateway {
   std::unique_ptr<Prober> prober_;
   std::unique_ptr<OpsServer> ops_;
   std::unique_ptr<GpuHealthProbe> health_;
+  std::unique_ptr<AuditLog> audit_;
   std::thread advertiser_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> ready_{false};

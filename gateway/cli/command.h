@@ -33,6 +33,7 @@ using Commands = std::vector<Command>;
 // commands' closures.
 void AddCertsCommands(CLI::App& app, Commands* out);
 void AddPeersCommands(CLI::App& app, Commands* out);
+void AddNodesCommands(CLI::App& app, Commands* out);
 void AddLinksCommands(CLI::App& app, Commands* out);  // links, links probe, capacity
 void AddJobsCommands(CLI::App& app, Commands* out);   // jobs ..., vc get
 

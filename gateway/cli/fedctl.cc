@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   Commands commands;
   AddCertsCommands(app, &commands);
   AddPeersCommands(app, &commands);
+  AddNodesCommands(app, &commands);
   AddLinksCommands(app, &commands);
   AddJobsCommands(app, &commands);
 

@@ -1,4 +1,5 @@
 #include "gateway/jobs/participant.h"
+#include "gateway/jobs/retention.h"
 
 #include <netinet/in.h>
 #include <signal.h>
@@ -80,6 +81,16 @@ Participant::Participant(const Config& config, const federation::Clock* clock, S
       ledger_(NodeSizes(config)) {}
 
 void Participant::CleanUpAfterRestart() {
+  if (store_ != nullptr) {
+    for (const auto& n : config_.nodes) {
+      auto v = store_->GetKv(StrCat("cordon/", n.name));
+      if (v.ok() && v->has_value() && **v == "1") {
+        std::lock_guard lock(mu_);
+        ledger_.SetCordoned(n.name, true);
+        spdlog::info("node {} stays cordoned (as before the restart)", n.name);
+      }
+    }
+  }
   auto stored = store_ != nullptr ? store_->LoadSlices() : std::vector<StoredSlice>{};
   if (!stored.ok()) return;
   std::lock_guard lock(mu_);
@@ -122,8 +133,26 @@ Participant::~Participant() { Stop(); }
 void Participant::Start() {
   CleanUpAfterRestart();
   sweeper_ = std::thread([this] {
+    int64_t next_retention = 0;
     while (!stop_) {
       Sweep();
+      // Once a minute (and at start): logs and job folders past retention.
+      const int64_t wall = std::chrono::duration_cast<std::chrono::milliseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+      if (wall >= next_retention) {
+        std::set<std::string> live;
+        {
+          std::lock_guard lock(mu_);
+          for (const auto& [key, s] : slices_) {
+            if (!s.released) live.insert(key.first);
+          }
+          for (const auto& [key, h] : ledger_.holds()) live.insert(key.first);
+        }
+        ApplyRetention(config_.data_dir + "/jobs", wall, config_.retention_logs_ms,
+                       config_.retention_jobs_ms, live);
+        next_retention = wall + 60'000;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   });
@@ -184,6 +213,75 @@ std::map<std::string, uint32_t> Participant::FreeGpus() {
   std::map<std::string, uint32_t> out;
   for (const auto& n : config_.nodes) out[n.name] = ledger_.FreeGpus(n.name);
   return out;
+}
+
+const federation::Node* Participant::FindNode(const std::string& name) const {
+  for (const auto& n : config_.nodes) {
+    if (n.name == name) return &n;
+  }
+  return nullptr;
+}
+
+v1::NodeView Participant::NodeLocked(const federation::Node& n) const {
+  v1::NodeView v;
+  v.set_name(n.name);
+  v.set_gpu_model(n.gpu_model);
+  v.set_gpus(n.gpus);
+  v.set_free_gpus(ledger_.FreeGpus(n.name));
+  if (auto u = ledger_.unhealthy().find(n.name); u != ledger_.unhealthy().end()) {
+    for (uint32_t i : u->second) v.add_unhealthy_gpus(i);
+  }
+  v.set_cordoned(ledger_.cordoned(n.name));
+  uint32_t running = 0;
+  for (const auto& [key, h] : ledger_.holds()) {
+    if (h.state == federation::HoldState::kPrepared) continue;
+    for (const auto& g : h.gpus) running += g.node == n.name ? 1 : 0;
+  }
+  v.set_running_slices(running);
+  return v;
+}
+
+std::vector<v1::NodeView> Participant::Nodes() {
+  std::lock_guard lock(mu_);
+  std::vector<v1::NodeView> out;
+  for (const auto& n : config_.nodes) out.push_back(NodeLocked(n));
+  return out;
+}
+
+absl::StatusOr<v1::NodeView> Participant::SetCordoned(const std::string& node, bool cordoned) {
+  const federation::Node* n = FindNode(node);
+  if (n == nullptr) return absl::NotFoundError(StrCat("no node \"", node.substr(0, 64), "\" at this site"));
+  // Durable first: a restart must not quietly put a cordoned node back to work.
+  if (store_ != nullptr) {
+    if (auto st = store_->PutKv(StrCat("cordon/", node), cordoned ? "1" : "0"); !st.ok()) return st;
+  }
+  v1::NodeView v;
+  {
+    std::lock_guard lock(mu_);
+    ledger_.SetCordoned(node, cordoned);
+    v = NodeLocked(*n);
+  }
+  spdlog::info("node {} {}", node, cordoned ? "cordoned: it takes no new work" : "uncordoned");
+  if (on_change_) on_change_();
+  return v;
+}
+
+absl::StatusOr<uint32_t> Participant::StopSlicesOn(const std::string& node, const std::string& why) {
+  if (FindNode(node) == nullptr) {
+    return absl::NotFoundError(StrCat("no node \"", node.substr(0, 64), "\" at this site"));
+  }
+  std::lock_guard lock(mu_);
+  uint32_t stopped = 0;
+  for (const auto& [key, h] : ledger_.holds()) {
+    if (h.state != federation::HoldState::kCommitted) continue;
+    bool here = false;
+    for (const auto& g : h.gpus) here = here || g.node == node;
+    auto s = slices_.find(key);
+    if (!here || s == slices_.end() || s->second.stopping) continue;
+    StopSliceLocked(&s->second, why);
+    ++stopped;
+  }
+  return stopped;
 }
 
 void Participant::SetUnhealthy(const std::map<std::string, std::set<uint32_t>>& failed,

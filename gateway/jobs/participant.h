@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "federation/reservation.h"
+#include "fedgate/v1/admin.pb.h"
 #include "fedgate/v1/federation.pb.h"
 #include "gateway/app/config.h"
 #include "gateway/exec/process_executor.h"
@@ -71,6 +72,15 @@ class Participant {
   void SetUnhealthy(const std::map<std::string, std::set<uint32_t>>& failed,
                     const std::map<std::pair<std::string, uint32_t>, std::string>& why = {});
 
+  // This site's nodes: GPUs, health, cordon state, running slices.
+  std::vector<v1::NodeView> Nodes();
+  // Cordons or uncordons a node (persisted, restored at start); NOT_FOUND
+  // for a node this site does not have.
+  absl::StatusOr<v1::NodeView> SetCordoned(const std::string& node, bool cordoned);
+  // Stops every running slice with ranks on the node (their coordinators
+  // retry the jobs elsewhere); returns how many.
+  absl::StatusOr<uint32_t> StopSlicesOn(const std::string& node, const std::string& why);
+
   // Free GPUs per node right now (total minus held, running and unhealthy).
   std::map<std::string, uint32_t> FreeGpus();
 
@@ -96,6 +106,8 @@ class Participant {
   };
   using SliceKey = std::pair<std::string, uint64_t>;  // job id, epoch
   void CleanUpAfterRestart();
+  v1::NodeView NodeLocked(const federation::Node& n) const;
+  const federation::Node* FindNode(const std::string& name) const;
   void StopSliceLocked(Slice* s, const std::string& why);
   std::string LogPath(const std::string& job, uint32_t attempt, uint32_t rank) const;
   absl::Status WriteLogOwner(const std::string& job, const std::string& from);

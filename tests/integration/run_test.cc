@@ -331,5 +331,72 @@ TEST_F(RunTest, AFailingGpuLeavesTheAdItsJobMovesAndItReturnsWhenHealthy) {
   EXPECT_EQ(Alice("site-a", {"jobs", "cancel", id}).exit_code, 0);
 }
 
+// fedctl nodes cordon | uncordon | drain (site admins): a cordoned node
+// leaves the ad and survives a restart, a drain with --preempt moves the job
+// running there, tenants may not do it, and every action is in the audit log.
+TEST_F(RunTest, CordonAndDrainANodeAreAuditedAndSurviveARestart) {
+  AddSite("site-a", {"site-b"}, 2);
+  AddSite("site-b", {"site-a"}, 2);
+  fed_.StartAll();
+  ASSERT_TRUE(Eventually([&] { return Free("site-b", "site-a") == 2 && Free("site-a", "site-b") == 2; },
+                         15000));
+  auto admin = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv = {FedctlBin(), "--gateway", fed_.endpoint("site-a"), "--tls-dir",
+                                     fed_.admin_tls_dir("site-a")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunCommand(argv, {}, 60000);
+  };
+  auto cordon = admin({"nodes", "cordon", "site-a-n1"});
+  ASSERT_EQ(cordon.exit_code, 0) << cordon.err;
+  EXPECT_NE(cordon.out.find("cordoned"), std::string::npos) << cordon.out;
+  EXPECT_TRUE(Eventually([&] { return Free("site-b", "site-a") == 0; }, 5000)) << "left the ad";
+  auto unknown = admin({"nodes", "cordon", "no-such-node"});
+  EXPECT_NE(unknown.exit_code, 0);
+  EXPECT_NE(unknown.err.find("no node \"no-such-node\""), std::string::npos) << unknown.err;
+  auto tenant = Alice("site-a", {"nodes", "cordon", "site-a-n1"});
+  EXPECT_NE(tenant.exit_code, 0) << "a tenant user is not a site admin";
+  EXPECT_NE(tenant.err.find("PERMISSION_DENIED"), std::string::npos) << tenant.err;
+
+  // Survives a restart.
+  ASSERT_EQ(fed_.Stop("site-a"), 0);
+  fed_.Start("site-a");
+  ASSERT_TRUE(fed_.WaitReady("site-a"));
+  auto list = admin({"-o", "json", "nodes", "list"});
+  ASSERT_EQ(list.exit_code, 0) << list.err;
+  EXPECT_NE(list.out.find("\"cordoned\":true"), std::string::npos) << list.out;
+  ASSERT_EQ(admin({"nodes", "uncordon", "site-a-n1"}).exit_code, 0);
+  ASSERT_TRUE(Eventually([&] { return Free("site-b", "site-a") == 2; }, 10000));
+
+  // Drain with --preempt: the job running on the node runs again on site-b.
+  const std::string id = Submit("site-a", "name: d\ngpus: 2\ncommand: [sleep, '60']\n");
+  ASSERT_TRUE(WaitState("site-a", id, v1::Job::RUNNING, 20000)) << Get("site-a", id).reason();
+  ASSERT_EQ(Get("site-a", id).run().sites(0).site(), "site-a");
+  auto drain = admin({"nodes", "drain", "site-a-n1", "--preempt", "--timeout", "30"});
+  ASSERT_EQ(drain.exit_code, 0) << drain.err;
+  EXPECT_NE(drain.err.find("stopping 1 slice(s) on site-a-n1"), std::string::npos) << drain.err;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const v1::Job j = Get("site-a", id);
+        return j.attempt() == 2 && j.state() == v1::Job::RUNNING;
+      },
+      30000, 100))
+      << Get("site-a", id).reason();
+  EXPECT_EQ(Get("site-a", id).run().sites(0).site(), "site-b");
+  EXPECT_EQ(Free("site-b", "site-a"), 0u) << "a drained node stays cordoned";
+  EXPECT_EQ(Alice("site-a", {"jobs", "cancel", id}).exit_code, 0);
+
+  const std::string audit = ReadText(fed_.dir("site-a") + "/data/audit.log");
+  const std::string who = "\"identity\":\"spiffe://aidc/site/site-a/admin/";
+  for (const char* action : {"nodes.cordon", "nodes.uncordon", "nodes.drain"}) {
+    EXPECT_NE(audit.find(std::string("\"action\":\"") + action + "\""), std::string::npos)
+        << action << " missing from\n" << audit;
+  }
+  EXPECT_NE(audit.find(who), std::string::npos) << audit;
+  EXPECT_NE(audit.find("\"node\":\"no-such-node\",\"preempt\":\"false\"},\"result\":\"NOT_FOUND\""),
+            std::string::npos)
+      << "refused actions are audited too\n" << audit;
+  EXPECT_EQ(audit.find("vision"), std::string::npos) << "unauthorized calls never reach the handler";
+}
+
 }  // namespace
 }  // namespace fedgate::testing
