@@ -178,8 +178,12 @@ absl::Status Gateway::Start() {
       m->Observe("fedgate_job_scheduling_delay_seconds",
                  {{"tenant", j.tenant}, {"priority", j.spec.priority()}}, s);
     });
-    job_store_->SetOnCommit([m = metrics_.get()](double s, size_t) {
+    metrics_->Describe("fedgate_job_store_batch_size", "histogram",
+                       "Writes carried by one job-store transaction (group commit).",
+                       {1, 2, 4, 8, 16, 32, 64, 128});
+    job_store_->SetOnCommit([m = metrics_.get()](double s, size_t batch) {
       m->Observe("fedgate_job_store_commit_seconds", {}, s);
+      m->Observe("fedgate_job_store_batch_size", {}, static_cast<double>(batch));
     });
     metrics_->Describe("fedgate_job_oldest_pending_seconds", "gauge",
                        "Age of the oldest PENDING job (0 when none waits).");

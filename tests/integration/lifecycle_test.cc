@@ -427,6 +427,13 @@ TEST_F(LifecycleTest, OpenStreamsHoldNoThreadAndWakeOnStateChanges) {
             1);
   EXPECT_GE(Metric(ops, "fedgate_job_store_commit_seconds_count"), 2);  // submit, RUNNING
   EXPECT_EQ(Metric(ops, "fedgate_rpc_duration_seconds_count{method=\"Submit\",code=\"OK\"}"), 1);
+  EXPECT_EQ(Metric(ops, "fedgate_job_store_batch_size_count"),
+            Metric(ops, "fedgate_job_store_commit_seconds_count"));
+  EXPECT_EQ(Metric(ops, "fedgate_reservations_total{result=\"committed\"}"), 1);
+  EXPECT_EQ(Metric(ops, "fedgate_reservation_phase_seconds_count{phase=\"prepare\",result=\"ok\"}"), 1);
+  EXPECT_EQ(Metric(ops, "fedgate_job_gpus{state=\"RUNNING\",tenant=\"vision\",priority=\"guaranteed\"}"),
+            spec.gpus());
+  EXPECT_GT(Metric(ops, "fedgate_tls_cert_expiry_seconds"), 1.7e9);
   auto stub = Jobs("site-a");
   const pid_t pid = fed_.pid("site-a");
   const int before = Threads(pid);
