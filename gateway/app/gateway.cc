@@ -75,7 +75,7 @@ absl::Status Gateway::Start() {
   if (auto st = core_->Tick(); !st.ok()) return st;
   health_ = std::make_unique<GpuHealthProbe>(
       HealthOptions(config_), metrics_.get(),
-      [p = participant_.get(), this](const std::map<std::string, std::set<uint32_t>>& failed,
+      [p = participant_.get()](const std::map<std::string, std::set<uint32_t>>& failed,
                                      const std::vector<federation::GpuHealth::Change>& changes) {
         std::map<std::pair<std::string, uint32_t>, std::string> why;
         for (const auto& c : changes) why[{c.node, c.gpu}] = c.reason;
