@@ -8,7 +8,8 @@
 #include <set>
 
 #include "federation/duration.h"
-#include "federation/queue_policy.h"
+#include "federation/saturating.h"
+#include "federation/scheduler.h"
 #include "base/str_cat.h"
 #include "gateway/peering/core.h"
 #include "gateway/jobs/crash_point.h"
@@ -123,37 +124,75 @@ void Coordinator::PlaceLoop() {
 }
 
 void Coordinator::PlacePass() {
-  federation::ShortestJobFirst policy;
+  // The queue policy fedsim replays (federation/scheduler.h): guaranteed
+  // before spot, shortest per GPU with aging, fair-share ties, EASY backfill.
+  federation::Scheduler sched(federation::SchedPolicy::kFedgate);
   auto jobs = store_->ListAllActive();
   if (!jobs.ok()) return;
-  std::vector<federation::QueuedJob> queued;
   std::map<std::string, JobRecord> pending;
+  std::vector<federation::RunningJob> running;
   for (auto& j : *jobs) {
+    auto est = federation::ParseDurationMs(j.spec.estimated_duration());
+    const int64_t est_ms = est.ok() ? *est : 3600000;
     if (j.state == JobState::kReserving) {
       // Only this thread reserves and it finishes every reservation it
       // starts, so a job left RESERVING is one a crash interrupted.
       UndoReservation(j, "reservation interrupted by a coordinator restart; will retry");
     } else if (j.state == JobState::kPending) {
-      auto ms = federation::ParseDurationMs(j.spec.estimated_duration());
-      queued.push_back({j.id, j.spec.gpus(), ms.ok() ? *ms : 3600000,
-                        j.spec.priority() == "spot", j.created_at_unix_ms});
+      federation::SchedJob q{j.id, j.tenant, j.spec.gpus(), est_ms, j.spec.priority() == "spot",
+                             j.created_at_unix_ms, {}};
+      q.models.assign(j.spec.gpu_models().begin(), j.spec.gpu_models().end());
+      sched.Enqueue(q);
       pending[j.id] = j;
+    } else if (j.state == JobState::kRunning) {
+      // Its estimated end, from the reservation's epoch (the time it was
+      // placed, in ms); GPUs of unknown model count for any waiting job.
+      v1::RunPlan run;
+      run.ParseFromString(j.run);
+      running.push_back({federation::SatAdd(static_cast<int64_t>(run.epoch()), est_ms),
+                         {{"*", j.spec.gpus()}}});
     }
   }
+  if (pending.empty()) return;
   // Only this site and its approved peers can be asked to run ranks: every
   // other known site is avoided. Computed once per pass.
   std::vector<std::string> unreachable;
-  if (!queued.empty()) {
-    std::set<std::string> reachable = {core_->config().site};
-    for (const auto& p : core_->Peers()) reachable.insert(p.site);
-    const auto capacity = core_->Capacity();
-    for (const auto& s : capacity.sites()) {
-      if (!reachable.contains(s.site())) unreachable.push_back(s.site());
+  federation::GpusByModel free;
+  std::set<std::string> reachable = {core_->config().site};
+  for (const auto& p : core_->Peers()) reachable.insert(p.site);
+  const auto capacity = core_->Capacity();
+  for (const auto& s : capacity.sites()) {
+    if (!reachable.contains(s.site())) {
+      unreachable.push_back(s.site());
+      continue;
     }
+    if (s.state() == v1::SiteCapacity::down) continue;
+    for (const auto& m : s.models()) free[m.model()] += m.free_gpus();
   }
-  for (const auto& id : policy.Order(queued, core_->clock()->NowMs())) {
-    if (stop_) break;
-    TryStart(pending[id], unreachable);
+  const int64_t now = core_->clock()->NowMs();
+  federation::FairShare share;
+  {
+    std::lock_guard lock(share_mu_);
+    share = share_;
+  }
+  auto result = sched.Pass(
+      now, free, std::move(running),
+      [&](const federation::SchedJob& q) -> std::optional<federation::GpusByModel> {
+        if (stop_ || !TryStart(pending[q.id], unreachable)) return std::nullopt;
+        return federation::GpusByModel{{"*", q.gpus}};
+      },
+      &share);
+  // Jobs that would fit but would delay the reserved head job say so.
+  for (const auto& id : result.held_back) {
+    JobRecord& j = pending[id];
+    const std::string reason =
+        StrCat("waiting: starting now would delay job ", result.reserved_for.value_or("?"),
+               ", which holds the reservation (backfill)");
+    if (j.reason != reason) {
+      j.reason = reason;
+      j.updated_at_unix_ms = now;
+      Save(&j);
+    }
   }
 }
 
@@ -166,7 +205,7 @@ void Coordinator::UndoReservation(JobRecord job, const std::string& why) {
   if (Save(&job)) spdlog::warn("job {}: {}", job.id, why);
 }
 
-void Coordinator::TryStart(JobRecord job, const std::vector<std::string>& unreachable) {
+bool Coordinator::TryStart(JobRecord job, const std::vector<std::string>& unreachable) {
   v1::RunPlan run;
   run.ParseFromString(job.run);
   v1::JobSpec spec = job.spec;
@@ -186,7 +225,7 @@ void Coordinator::TryStart(JobRecord job, const std::vector<std::string>& unreac
       job.updated_at_unix_ms = now;
       Save(&job);
     }
-    return;
+    return false;
   }
   // The virtual cluster: ranks site by site, node by node.
   const uint64_t epoch = last_epoch_ = std::max<uint64_t>(last_epoch_ + 1, now);
@@ -218,7 +257,7 @@ void Coordinator::TryStart(JobRecord job, const std::vector<std::string>& unreac
   job.reason = StrCat("reserving on ", next.sites_size(), " site(s)");
   job.run = next.SerializeAsString();
   job.updated_at_unix_ms = now;
-  if (!Save(&job)) return;  // cancelled since it was read
+  if (!Save(&job)) return false;  // cancelled since it was read
   CrashPoint("coordinator-after-reserving");
 
   // Phase one, on every site at once: hold GPUs; rank 0's site also picks
@@ -274,7 +313,7 @@ void Coordinator::TryStart(JobRecord job, const std::vector<std::string>& unreac
   if (!failed.empty()) {
     if (on_reservation_end_) on_reservation_end_(false);
     UndoReservation(job, StrCat("reservation failed at ", failed, "; will retry"));
-    return;
+    return false;
   }
   // The decision, durable before any commit. Losing the compare-and-set
   // means the job was cancelled while the sites prepared: release the holds
@@ -286,7 +325,7 @@ void Coordinator::TryStart(JobRecord job, const std::vector<std::string>& unreac
   if (!Save(&job)) {
     if (on_reservation_end_) on_reservation_end_(false);
     StopRun(job, "the job ended during its reservation");
-    return;
+    return false;
   }
   if (on_scheduled_) {
     on_scheduled_(std::max<int64_t>(0, job.updated_at_unix_ms - job.created_at_unix_ms) / 1000.0,
@@ -303,9 +342,10 @@ void Coordinator::TryStart(JobRecord job, const std::vector<std::string>& unreac
   if (on_reservation_end_) on_reservation_end_(committed.ok());
   if (!committed.ok()) {
     Fail(job, next, std::string(committed.message()), "");
-    return;
+    return false;
   }
   CrashPoint("coordinator-after-first-commit");
+  return true;
 }
 
 absl::Status Coordinator::CommitAll(const JobRecord& job, const v1::RunPlan& run,
@@ -453,6 +493,7 @@ void Coordinator::Judge(JobRecord job, const v1::RunPlan& run,
     }
   }
   if (succeeded == run.sites_size()) {
+    RecordUsage(job, run, now);
     job.state = JobState::kSucceeded;
     job.reason = StrCat("all ", run.world_size(), " rank(s) exited 0 on ", run.sites_size(),
                         " site(s)");
@@ -462,9 +503,16 @@ void Coordinator::Judge(JobRecord job, const v1::RunPlan& run,
   }
 }
 
+void Coordinator::RecordUsage(const JobRecord& job, const v1::RunPlan& run, int64_t now_ms) {
+  const int64_t ran_ms = std::max<int64_t>(0, now_ms - static_cast<int64_t>(run.epoch()));
+  std::lock_guard lock(share_mu_);
+  share_.Add(job.tenant, job.spec.gpus() * (ran_ms / 1000.0), now_ms);
+}
+
 void Coordinator::Fail(JobRecord job, const v1::RunPlan& run, const std::string& reason,
                        const std::string& bad_site) {
   StopRun(job, reason);
+  RecordUsage(job, run, core_->clock()->NowMs());
   v1::RunPlan next = run;
   if (!bad_site.empty()) next.add_avoided_sites(bad_site);
   job.run = next.SerializeAsString();

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "federation/scheduler.h"
 #include "fedgate/v1/federation.pb.h"
 #include "fedgate/v1/jobs.pb.h"
 #include "gateway/store/job_store.h"
@@ -85,7 +86,10 @@ class Coordinator {
   void PlaceLoop();
   void RenewLoop();
   void Sleep(int64_t ms);
-  void TryStart(JobRecord job, const std::vector<std::string>& unreachable);
+  // Places and reserves one job; true when its ranks were committed.
+  bool TryStart(JobRecord job, const std::vector<std::string>& unreachable);
+  // Adds an ended run's GPU-seconds to its tenant's fair-share usage.
+  void RecordUsage(const JobRecord& job, const v1::RunPlan& run, int64_t now_ms);
   void UndoReservation(JobRecord job, const std::string& why);
   void Judge(JobRecord job, const v1::RunPlan& run,
              const std::vector<absl::StatusOr<v1::SliceStatusResponse>>& answers, int64_t now);
@@ -99,6 +103,9 @@ class Coordinator {
   std::function<void(double, const JobRecord&)> on_scheduled_;
   std::function<void(const char*, bool, double)> on_phase_;
   std::function<void(bool)> on_reservation_end_;
+  // Decayed GPU-seconds per tenant of jobs that ended here (fair-share ties).
+  std::mutex share_mu_;
+  federation::FairShare share_;
   GatewayCore* core_;
   JobStore* store_;
   ParticipantCalls* participants_;
