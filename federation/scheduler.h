@@ -84,9 +84,16 @@ struct PassResult {
   std::vector<std::string> held_back;
 };
 
+// Seconds of score credit per second waited (fedgate): with 0.01, a job that
+// waited a day ranks like one 14.4 minutes shorter per GPU. Chosen on Philly
+// windows with fedsim (bench/fedsim_philly.sh): larger values pull the order
+// towards FIFO under load; the head job's reservation already prevents
+// starvation.
+inline constexpr double kDefaultAging = 0.01;
+
 class Scheduler {
  public:
-  explicit Scheduler(SchedPolicy policy, double aging_factor = 1.0)
+  explicit Scheduler(SchedPolicy policy, double aging_factor = kDefaultAging)
       : policy_(policy), aging_(aging_factor) {}
   SchedPolicy policy() const { return policy_; }
 

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   app.add_option("--start-hour", opts.start_hour, "replay jobs submitted from hour H on");
   app.add_option("--estimate-noise", opts.estimate_noise,
                  "estimates are the true duration x U[1-F, 1+F] (seeded)")->check(CLI::Range(0.0, 0.99));
+  app.add_option("--aging", opts.aging, "fedgate's aging credit per second waited (default 0.01)");
   app.add_option("--seed", opts.seed, "seed of derived columns and noise (default 1)");
   app.add_option("-o,--output", output, "table or json")->check(CLI::IsMember({"table", "json"}));
   CLI11_PARSE(app, argc, argv);

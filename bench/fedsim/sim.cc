@@ -94,7 +94,7 @@ absl::StatusOr<SimResult> Simulate(std::vector<TraceJob> jobs, const TraceInfo& 
       "; priority: ", info.has_priority ? "from the trace" : "20% spot, drawn from (seed, line)",
       "; gpu_model: ", info.has_model ? "from the trace" : "any (the trace has none)",
       "; estimate: duration x U[1-F, 1+F] from (seed, line), F = ", opts.estimate_noise,
-      "; nodes of ", opts.gpus_per_node, " GPUs");
+      "; nodes of ", opts.gpus_per_node, " GPUs; aging ", opts.aging);
 
   // The window: jobs submitted from start_hour on, at most `limit`.
   std::stable_sort(jobs.begin(), jobs.end(),
@@ -154,7 +154,7 @@ absl::StatusOr<SimResult> Simulate(std::vector<TraceJob> jobs, const TraceInfo& 
                          ? gpu_seconds / (res.capacity * (last_submit - first_submit))
                          : 0;
 
-  federation::Scheduler sched(opts.policy, 1.0);
+  federation::Scheduler sched(opts.policy, opts.aging);
   federation::FairShare share;
   GpusByModel free = total_by_model;
   uint32_t free_total = res.capacity;

@@ -29,6 +29,7 @@ struct SimOptions {
   double start_hour = 0;      // replay jobs submitted from this hour of the trace on
   size_t limit = 0;           // at most this many of them (0 = all)
   uint32_t gpus_per_node = 8;
+  double aging = federation::kDefaultAging;
   bool progress = false;      // a line on stderr every few seconds
 };
 
