@@ -175,6 +175,7 @@ absl::StatusOr<Hold> ReservationLedger::Prepare(const std::string& job_id, uint3
   h.epoch = epoch;
   h.coordinator = owner.coordinator;
   h.tenant = owner.tenant;
+  h.priority = owner.priority;
   h.state = HoldState::kPrepared;
   h.expires_at_ms = SatAdd(now_ms, ttl_ms);
   for (const auto& [node, n] : asked) {

@@ -38,6 +38,7 @@ struct Hold {
   uint64_t epoch = 0;
   std::string coordinator;  // the site that prepared it
   std::string tenant;
+  std::string priority;
   HoldState state = HoldState::kPrepared;
   int64_t expires_at_ms = 0;  // for kPrepared
   std::vector<NodeGpus> gpus;
@@ -47,6 +48,7 @@ struct Hold {
 struct HoldOwner {
   std::string coordinator;
   std::string tenant;
+  std::string priority;  // of this job (not part of ownership)
 };
 
 class ReservationLedger {

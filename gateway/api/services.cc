@@ -110,6 +110,7 @@ FEDGATE_PARTICIPANT_RPC(Commit, Commit, CommitRequest, CommitResponse)
 FEDGATE_PARTICIPANT_RPC(Abort, Abort, AbortRequest, AbortResponse)
 FEDGATE_PARTICIPANT_RPC(SliceStatus, Status, SliceStatusRequest, SliceStatusResponse)
 FEDGATE_PARTICIPANT_RPC(ReadLog, ReadLog, ReadLogRequest, ReadLogResponse)
+FEDGATE_PARTICIPANT_RPC(ListUsage, ListUsage, ListUsageRequest, ListUsageResponse)
 #undef FEDGATE_PARTICIPANT_RPC
 
 grpc::ServerUnaryReactor* AdminServiceImpl::ListPeers(grpc::CallbackServerContext* ctx,
@@ -266,6 +267,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::Plan(grpc::CallbackServerContext* ctx,
 FEDGATE_JOB_RPC(Get, GetJobRequest, GetJobResponse)
 FEDGATE_JOB_RPC(List, ListJobsRequest, ListJobsResponse)
 FEDGATE_JOB_RPC(Cancel, CancelJobRequest, CancelJobResponse)
+FEDGATE_JOB_RPC(Usage, UsageRequest, UsageResponse)
 #undef FEDGATE_JOB_RPC
 
 grpc::ServerUnaryReactor* JobServiceImpl::Submit(grpc::CallbackServerContext* ctx,

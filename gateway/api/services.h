@@ -43,6 +43,9 @@ class PeerServiceImpl final : public v1::PeerService::CallbackService {
   grpc::ServerUnaryReactor* ReadLog(grpc::CallbackServerContext* ctx,
                                     const v1::ReadLogRequest* req,
                                     v1::ReadLogResponse* resp) override;
+  grpc::ServerUnaryReactor* ListUsage(grpc::CallbackServerContext* ctx,
+                                      const v1::ListUsageRequest* req,
+                                      v1::ListUsageResponse* resp) override;
 
  private:
   GatewayCore* core_;
@@ -112,6 +115,8 @@ class JobServiceImpl final : public JobServiceBase {
                                 v1::GetJobResponse* resp) override;
   grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* ctx, const v1::ListJobsRequest* req,
                                  v1::ListJobsResponse* resp) override;
+  grpc::ServerUnaryReactor* Usage(grpc::CallbackServerContext* ctx, const v1::UsageRequest* req,
+                                  v1::UsageResponse* resp) override;
   grpc::ServerUnaryReactor* Cancel(grpc::CallbackServerContext* ctx,
                                    const v1::CancelJobRequest* req,
                                    v1::CancelJobResponse* resp) override;

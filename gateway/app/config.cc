@@ -139,7 +139,7 @@ Config Walk(const YAML::Node& root, const std::string& base_dir, const Walker& w
   if (!root.IsDefined() || root.IsNull()) w.Fail(root, "the config is empty");
   w.ExpectKeys(root, "",
                {"site", "federation", "listen", "tls", "data_dir", "inventory", "peers",
-                "advertise", "bench", "executor", "jobs", "api", "health", "retention"});
+                "advertise", "bench", "executor", "jobs", "api", "health", "retention", "pricing"});
   for (const char* req : {"site", "federation", "listen", "tls", "inventory"}) {
     if (!root[req]) w.Fail(root, fedgate::StrCat("missing required key \"", req, "\""));
   }
@@ -280,6 +280,20 @@ Config Walk(const YAML::Node& root, const std::string& base_dir, const Walker& w
     if (h["command"]) c.health_command = w.Str(h["command"], "health.command");
     if (h["interval"]) c.health_interval_ms = w.Duration(h["interval"], "health.interval");
     if (c.health_interval_ms < 100) w.Fail(h["interval"], "\"health.interval\" must be at least 100ms");
+  }
+  if (root["pricing"]) {
+    const auto& pr = root["pricing"];
+    if (!pr.IsMap()) w.Fail(pr, "\"pricing\" must map GPU models to {guaranteed, spot}");
+    for (auto it = pr.begin(); it != pr.end(); ++it) {
+      const std::string model = it->first.as<std::string>();
+      const std::string path = fedgate::StrCat("pricing.", model);
+      w.ExpectKeys(it->second, path, {"guaranteed", "spot"});
+      federation::Price p;
+      if (it->second["guaranteed"]) p.guaranteed = w.Scalar<double>(it->second["guaranteed"], path + ".guaranteed", "a number");
+      if (it->second["spot"]) p.spot = w.Scalar<double>(it->second["spot"], path + ".spot", "a number");
+      if (p.guaranteed < 0 || p.spot < 0) w.Fail(it->second, fedgate::StrCat("\"", path, "\": prices must be >= 0"));
+      c.pricing[model] = p;
+    }
   }
   if (root["retention"]) {
     const auto& r = root["retention"];

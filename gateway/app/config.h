@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "federation/inventory.h"
+#include "federation/usage.h"
 
 namespace fedgate::gateway {
 
@@ -50,6 +51,8 @@ struct Config {
   // Rank logs and finished jobs' working directories are removed after these.
   int64_t retention_logs_ms = 7LL * 24 * 3600 * 1000;
   int64_t retention_jobs_ms = 30LL * 24 * 3600 * 1000;
+  // Per GPU-hour, by model and class (`pricing:`), for the usage cost column.
+  federation::Pricing pricing;
 };
 
 // Parses YAML text. `base_dir` resolves relative paths; `source` names the

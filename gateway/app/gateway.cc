@@ -72,6 +72,15 @@ absl::Status Gateway::Start() {
   participant_ = std::make_unique<Participant>(config_, clock_.get(), store_.get());
   core_->SetFreeGpusFn([p = participant_.get()] { return p->FreeGpus(); });
   participant_->SetOnCapacityChange([c = core_.get()] { (void)c->Tick(); });
+  metrics_->Describe("fedgate_gpu_seconds_total", "counter",
+                     "GPU-seconds of slices that ended at this site, by tenant, model and class.");
+  participant_->SetOnUsage([m = metrics_.get()](const std::vector<federation::UsageRecord>& recs) {
+    for (const auto& r : recs) {
+      m->Inc("fedgate_gpu_seconds_total",
+             {{"tenant", r.tenant}, {"model", r.gpu_model}, {"priority", r.priority}},
+             federation::GpuSeconds(r, 0, INT64_MAX, r.end_ms));
+    }
+  });
   if (auto st = core_->Tick(); !st.ok()) return st;
   health_ = std::make_unique<GpuHealthProbe>(
       HealthOptions(config_), metrics_.get(),
@@ -133,6 +142,55 @@ absl::Status Gateway::Start() {
     coordinator_ =
         std::make_unique<Coordinator>(core_.get(), job_store_.get(), participant_client_.get());
     job_manager_->SetCoordinator(coordinator_.get());
+    // fedctl usage: this site's ledger and every direct peer's that answers;
+    // sites known only through relayed ads are reported unreachable.
+    job_manager_->SetUsageGatherer(
+        [this](int64_t since, int64_t until, const std::string& tenant) {
+          JobManager::GatheredUsage g;
+          std::vector<std::string> sites = {config_.site};
+          const auto down = core_->DownPeers();
+          std::set<std::string> peers;
+          for (const auto& p : core_->Peers()) {
+            peers.insert(p.site);
+            if (down.contains(p.site)) {
+              g.unreachable.push_back(p.site);
+            } else {
+              sites.push_back(p.site);
+            }
+          }
+          const v1::GetCapacityResponse capacity = core_->Capacity();
+          for (const auto& s : capacity.sites()) {
+            if (s.site() != config_.site && !peers.contains(s.site())) g.unreachable.push_back(s.site());
+          }
+          std::mutex mu;
+          std::condition_variable cv;
+          size_t left = sites.size();
+          for (const auto& site : sites) {
+            v1::ListUsageRequest req;
+            req.set_since_unix_ms(since);
+            req.set_until_unix_ms(until);
+            req.set_tenant(tenant);
+            participant_client_->ListUsage(
+                site, req, 5000, [&, site](absl::StatusOr<v1::ListUsageResponse> r) {
+                  std::lock_guard lock(mu);
+                  if (!r.ok()) {
+                    g.unreachable.push_back(site);
+                  } else {
+                    for (const auto& p : r->records()) {
+                      g.records.push_back({p.job_id(), p.attempt(), p.epoch(), p.site(), p.node(),
+                                           p.gpu_model(), p.tenant(), p.priority(), p.gpus(),
+                                           p.start_unix_ms(), p.end_unix_ms(), p.reason()});
+                    }
+                  }
+                  if (--left == 0) cv.notify_all();
+                });
+          }
+          std::unique_lock lock(mu);
+          cv.wait(lock, [&] { return left == 0; });
+          std::sort(g.unreachable.begin(), g.unreachable.end());
+          return g;
+        },
+        config_.pricing);
   }
   if (job_store_) {
     metrics_->Describe("fedgate_job_store_commits_total", "counter",

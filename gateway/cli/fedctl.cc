@@ -15,12 +15,13 @@ int main(int argc, char** argv) {
                  "gateway HOST:PORT (default $FEDCTL_GATEWAY or 127.0.0.1:7443)");
   app.add_option("--tls-dir", g.tls_dir,
                  "folder with ca.pem, cert.pem, key.pem (default $FEDCTL_TLS_DIR)");
-  app.add_option("-o,--output", g.output, "table, json or yaml")->capture_default_str();
+  app.add_option("-o,--output", g.output, "table, json or yaml (usage: also csv)")->capture_default_str();
 
   Commands commands;
   AddCertsCommands(app, &commands);
   AddPeersCommands(app, &commands);
   AddNodesCommands(app, &commands);
+  AddUsageCommands(app, &commands);
   AddLinksCommands(app, &commands);
   AddJobsCommands(app, &commands);
 
@@ -31,7 +32,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fedctl: %s (see --help)\n", e.what());
     return 2;
   }
-  (void)g.format();  // a bad -o fails before anything runs
+  // A bad -o fails before anything runs (csv is usage's alone).
+  const bool usage_csv = g.output == "csv" && app.got_subcommand("usage");
+  if (!usage_csv) (void)g.format();
   for (const auto& c : commands) {
     if (c.sub->parsed()) return c.run(g);
   }

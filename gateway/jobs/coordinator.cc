@@ -274,6 +274,7 @@ bool Coordinator::TryStart(JobRecord job, const std::vector<std::string>& unreac
     auto& req = reqs[i];
     *req.mutable_key() = Key(job, epoch);
     req.set_tenant(job.tenant);
+    req.set_priority(job.spec.priority());
     std::map<std::string, uint32_t> per_node;
     for (const auto& r : next.sites(i).ranks()) per_node[r.node()]++;
     for (const auto& [node, count] : per_node) {

@@ -1,5 +1,9 @@
 #include "gateway/jobs/job_manager.h"
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "federation/duration.h"
+
 #include <spdlog/spdlog.h>
 
 #include <future>
@@ -250,6 +254,61 @@ absl::StatusOr<v1::CancelJobResponse> JobManager::Cancel(const Identity& caller,
     *resp.mutable_job() = ToProto(next, false);
     return resp;
   }
+}
+
+namespace {
+
+std::string Rfc3339(int64_t unix_ms) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::FromUnixMillis(unix_ms), absl::UTCTimeZone());
+}
+
+// RFC 3339, or a duration back from `now` ("24h"); `fallback` when empty.
+absl::StatusOr<int64_t> ParseWhen(const std::string& text, const char* flag, int64_t now_ms,
+                                  int64_t fallback) {
+  if (text.empty()) return fallback;
+  if (auto d = federation::ParseDurationMs(text); d.ok()) return now_ms - *d;
+  absl::Time t;
+  std::string err;
+  if (absl::ParseTime(absl::RFC3339_full, text, &t, &err)) return absl::ToUnixMillis(t);
+  return absl::InvalidArgumentError(
+      StrCat(flag, " \"", text.substr(0, 64), "\" is neither RFC 3339 nor a duration like 24h"));
+}
+
+}  // namespace
+
+absl::StatusOr<v1::UsageResponse> JobManager::Usage(const Identity& caller,
+                                                    const v1::UsageRequest& req) {
+  std::string tenant = req.tenant();
+  if (caller.role == Role::kUser) {
+    if (!tenant.empty() && tenant != caller.tenant) {
+      return absl::PermissionDeniedError(StrCat("tenant ", caller.tenant,
+                                                " may only see its own usage, not ", tenant, "'s"));
+    }
+    tenant = caller.tenant;
+  }
+  const int64_t now = core_->clock()->NowMs();
+  auto since = ParseWhen(req.since(), "--since", now, 0);
+  if (!since.ok()) return since.status();
+  auto until = ParseWhen(req.until(), "--until", now, now);
+  if (!until.ok()) return until.status();
+  if (!gather_usage_) return absl::UnavailableError("usage is not kept by this gateway");
+  GatheredUsage g = gather_usage_(*since, *until, tenant);
+  const std::string by = req.by().empty() ? "tenant" : req.by();
+  auto rows = federation::AggregateUsage(g.records, *since, *until, now, by, pricing_);
+  if (!rows.ok()) return rows.status();
+  v1::UsageResponse out;
+  out.set_since(Rfc3339(*since));
+  out.set_until(Rfc3339(*until));
+  for (const auto& r : *rows) {
+    auto* row = out.add_usage();
+    if (by == "tenant") row->set_tenant(r.key);
+    if (by == "site") row->set_site(r.key);
+    if (by == "model") row->set_model(r.key);
+    row->set_gpu_seconds(r.gpu_seconds);
+    row->set_cost(r.cost);
+  }
+  for (auto& u : g.unreachable) out.add_unreachable_sites(std::move(u));
+  return out;
 }
 
 }  // namespace fedgate::gateway

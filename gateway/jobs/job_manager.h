@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "federation/usage.h"
 #include "fedgate/v1/jobs.pb.h"
 #include "gateway/security/identity.h"
 #include "gateway/jobs/job_events.h"
@@ -43,6 +44,21 @@ class JobManager {
                                                const v1::CancelJobRequest& req);
   absl::StatusOr<v1::LogsResponse> Logs(const Identity& caller, const v1::LogsRequest& req);
 
+  // Usage records of every reachable site in [since, until) of one tenant
+  // ("" = all), the sites that could not answer, and the time "now" counts as.
+  struct GatheredUsage {
+    std::vector<federation::UsageRecord> records;
+    std::vector<std::string> unreachable;
+  };
+  using UsageGatherer = std::function<GatheredUsage(int64_t since_ms, int64_t until_ms,
+                                                    const std::string& tenant)>;
+  void SetUsageGatherer(UsageGatherer g, federation::Pricing pricing) {
+    gather_usage_ = std::move(g);
+    pricing_ = std::move(pricing);
+  }
+  // Tenants see their own usage only; a site admin sees every tenant's.
+  absl::StatusOr<v1::UsageResponse> Usage(const Identity& caller, const v1::UsageRequest& req);
+
   // Reads a chunk of a rank's log at `req.offset()`; `done` runs exactly once,
   // possibly on the caller's thread.
   void ReadLogAsync(const JobRecord& job, const v1::LogsRequest& req,
@@ -69,6 +85,8 @@ class JobManager {
   std::map<std::string, int> streams_;  // open streams by caller identity
   std::mutex mem_mu_;  // the no-store baseline only
   std::map<std::string, JobRecord> mem_;
+  UsageGatherer gather_usage_;
+  federation::Pricing pricing_;
 };
 
 }  // namespace fedgate::gateway

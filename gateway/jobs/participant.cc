@@ -93,6 +93,15 @@ void Participant::CleanUpAfterRestart() {
   }
   auto stored = store_ != nullptr ? store_->LoadSlices() : std::vector<StoredSlice>{};
   if (!stored.ok()) return;
+  // The ranks of the last run are stopped below: their usage ends now (at
+  // most the open interval of a crash is counted, never a finished record lost).
+  if (store_ != nullptr) {
+    auto closed = store_->CloseUsage("", 0, clock_->NowMs(), "gateway restarted: ranks stopped");
+    if (closed.ok() && !closed->empty()) {
+      spdlog::info("closed {} usage record(s) of slices that ran before the restart", closed->size());
+      if (on_usage_) on_usage_(*closed);
+    }
+  }
   std::lock_guard lock(mu_);
   for (const auto& ss : *stored) {
     Slice s;
@@ -212,6 +221,38 @@ std::map<std::string, uint32_t> Participant::FreeGpus() {
   std::lock_guard lock(mu_);
   std::map<std::string, uint32_t> out;
   for (const auto& n : config_.nodes) out[n.name] = ledger_.FreeGpus(n.name);
+  return out;
+}
+
+absl::StatusOr<std::vector<federation::UsageRecord>> Participant::Usage(int64_t since_ms,
+                                                                       int64_t until_ms,
+                                                                       const std::string& tenant) {
+  if (store_ == nullptr) return std::vector<federation::UsageRecord>{};
+  return store_->ListUsage(since_ms, until_ms, tenant);
+}
+
+absl::StatusOr<v1::ListUsageResponse> Participant::ListUsage(const std::string& /*from*/,
+                                                             const v1::ListUsageRequest& req) {
+  const int64_t until = req.until_unix_ms() > 0 ? req.until_unix_ms() : INT64_MAX;
+  auto recs = Usage(req.since_unix_ms(), until, req.tenant());
+  if (!recs.ok()) return recs.status();
+  v1::ListUsageResponse out;
+  out.set_now_unix_ms(clock_->NowMs());
+  for (const auto& r : *recs) {
+    auto* p = out.add_records();
+    p->set_job_id(r.job_id);
+    p->set_attempt(r.attempt);
+    p->set_epoch(r.epoch);
+    p->set_site(r.site);
+    p->set_node(r.node);
+    p->set_gpu_model(r.gpu_model);
+    p->set_gpus(r.gpus);
+    p->set_tenant(r.tenant);
+    p->set_priority(r.priority);
+    p->set_start_unix_ms(r.start_ms);
+    p->set_end_unix_ms(r.end_ms);
+    p->set_reason(r.reason);
+  }
   return out;
 }
 
@@ -342,7 +383,7 @@ absl::StatusOr<v1::PrepareResponse> Participant::Prepare(const std::string& from
     std::lock_guard lock(mu_);
     std::vector<federation::ReservationLedger::HoldKey> stopped;
     auto hold = ledger_.Prepare(
-        key.job_id(), key.attempt(), key.epoch(), {from, req.tenant()}, want, clock_->NowMs(),
+        key.job_id(), key.attempt(), key.epoch(), {from, req.tenant(), req.priority()}, want, clock_->NowMs(),
         federation::ClampMs(req.hold_ttl_ms(), kMinHoldTtlMs, kMaxHoldTtlMs), &stopped);
     if (!hold.ok()) return hold.status();
     // A newer epoch proves its coordinator moved on from older slices.
@@ -472,6 +513,27 @@ absl::StatusOr<v1::CommitResponse> Participant::Commit(const std::string& from,
     if (auto st = store_->PutSlice({key.job_id(), key.attempt(), key.epoch(), procs}); !st.ok()) {
       spdlog::error("cannot record the ranks of job {}: {}", key.job_id(),
                     std::string(st.message()));
+    }
+  }
+  if (store_ != nullptr) {
+    // Metering: one open record per node, durable before the commit answers.
+    std::vector<federation::UsageRecord> usage;
+    for (const auto& g : hold->gpus) {
+      federation::UsageRecord u;
+      u.job_id = key.job_id();
+      u.attempt = key.attempt();
+      u.epoch = key.epoch();
+      u.site = config_.site;
+      u.node = g.node;
+      if (const auto* n = FindNode(g.node)) u.gpu_model = n->gpu_model;
+      u.gpus = static_cast<uint32_t>(g.indices.size());
+      u.tenant = hold->tenant;
+      u.priority = hold->priority.empty() ? "guaranteed" : hold->priority;
+      u.start_ms = clock_->NowMs();
+      usage.push_back(std::move(u));
+    }
+    if (auto st = store_->OpenUsage(usage); !st.ok()) {
+      spdlog::error("cannot record the usage of job {}: {}", key.job_id(), std::string(st.message()));
     }
   }
   slices_[{key.job_id(), key.epoch()}] = std::move(s);
@@ -619,7 +681,14 @@ void Participant::Sweep() {
       // The GPUs are free only once every rank of the slice has exited.
       if (all_exited && !s.released) {
         ledger_.Release(job, s.key.epoch());
-        if (store_ != nullptr) (void)store_->DeleteSlice(job, s.key.epoch());
+        if (store_ != nullptr) {
+          (void)store_->DeleteSlice(job, s.key.epoch());
+          const std::string why = s.stopping ? s.message
+                                  : s.state == SliceState::SUCCEEDED ? "succeeded"
+                                                                     : "a rank failed";
+          auto closed = store_->CloseUsage(job, s.key.epoch(), now, why);
+          if (closed.ok() && on_usage_) on_usage_(*closed);
+        }
         s.released = true;
         s.ended_at_ms = now;
         changed = true;

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "federation/reservation.h"
+#include "federation/usage.h"
 #include "fedgate/v1/admin.pb.h"
 #include "fedgate/v1/federation.pb.h"
 #include "gateway/app/config.h"
@@ -44,6 +45,16 @@ class Participant {
   void Stop();
   // Called (without locks) whenever free GPUs change, to re-advertise.
   void SetOnCapacityChange(std::function<void()> fn) { on_change_ = std::move(fn); }
+  // Called (under the participant's lock) with usage records as they close.
+  void SetOnUsage(std::function<void(const std::vector<federation::UsageRecord>&)> fn) {
+    on_usage_ = std::move(fn);
+  }
+  // The same, as the peer RPC ListUsage answers it.
+  absl::StatusOr<v1::ListUsageResponse> ListUsage(const std::string& from,
+                                                  const v1::ListUsageRequest& req);
+  // This site's usage records overlapping [since, until) (tenant "" = all).
+  absl::StatusOr<std::vector<federation::UsageRecord>> Usage(int64_t since_ms, int64_t until_ms,
+                                                             const std::string& tenant);
 
   // Each call names the coordinator site it comes from (authenticated by the
   // caller's certificate, or this site for local calls). A job belongs to
@@ -122,6 +133,7 @@ class Participant {
   federation::ReservationLedger ledger_;
   std::map<SliceKey, Slice> slices_;
   std::function<void()> on_change_;
+  std::function<void(const std::vector<federation::UsageRecord>&)> on_usage_;
   std::atomic<bool> stop_{false};
   std::thread sweeper_;
 };

@@ -112,6 +112,8 @@ FEDGATE_PARTICIPANT_CALL(SliceStatus, SliceStatus, SliceStatusRequest, SliceStat
                          local_->Status(from, req))
 FEDGATE_PARTICIPANT_CALL(ReadLog, ReadLog, ReadLogRequest, ReadLogResponse,
                          local_->ReadLog(from, req))
+FEDGATE_PARTICIPANT_CALL(ListUsage, ListUsage, ListUsageRequest, ListUsageResponse,
+                         local_->ListUsage(from, req))
 #undef FEDGATE_PARTICIPANT_CALL
 
 }  // namespace fedgate::gateway

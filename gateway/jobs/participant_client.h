@@ -42,6 +42,10 @@ class ParticipantClient final : public ParticipantCalls {
   void ReadLog(const std::string& site, v1::ReadLogRequest req, int64_t timeout_ms,
                Done<v1::ReadLogResponse> done) override;
 
+  // A site's usage records (not part of a job's lifecycle).
+  void ListUsage(const std::string& site, v1::ListUsageRequest req, int64_t timeout_ms,
+                 Done<v1::ListUsageResponse> done);
+
   // Waits (at most `timeout_ms`) until no call is in flight: calls end by
   // their deadlines, so shutdown leaves no call (or its memory) behind.
   bool Drain(int64_t timeout_ms);

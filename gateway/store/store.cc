@@ -42,6 +42,13 @@ const char* const kMigrations[] = {
     "INSERT INTO slices_v7 SELECT job_id, attempt, epoch, procs FROM slices;"
     "DROP TABLE slices;"
     "ALTER TABLE slices_v7 RENAME TO slices;",
+    // 8: the usage ledger: one record per slice and node, end 0 while open.
+    "CREATE TABLE usage (job_id TEXT NOT NULL, attempt INTEGER NOT NULL, epoch INTEGER NOT NULL,"
+    "                    site TEXT NOT NULL, node TEXT NOT NULL, gpu_model TEXT NOT NULL,"
+    "                    gpus INTEGER NOT NULL, tenant TEXT NOT NULL, priority TEXT NOT NULL,"
+    "                    start_ms INTEGER NOT NULL, end_ms INTEGER NOT NULL, reason TEXT NOT NULL,"
+    "                    PRIMARY KEY (job_id, epoch, node));"
+    "CREATE INDEX usage_by_end ON usage(end_ms);",
 };
 
 }  // namespace
@@ -118,6 +125,27 @@ absl::Status Store::Migrate() {
   return absl::OkStatus();
 }
 
+namespace {
+
+federation::UsageRecord UsageRow(sqlite3_stmt* s) {
+  federation::UsageRecord r;
+  r.job_id = ColText(s, 0);
+  r.attempt = static_cast<uint32_t>(sqlite3_column_int64(s, 1));
+  r.epoch = static_cast<uint64_t>(sqlite3_column_int64(s, 2));
+  r.site = ColText(s, 3);
+  r.node = ColText(s, 4);
+  r.gpu_model = ColText(s, 5);
+  r.gpus = static_cast<uint32_t>(sqlite3_column_int64(s, 6));
+  r.tenant = ColText(s, 7);
+  r.priority = ColText(s, 8);
+  r.start_ms = sqlite3_column_int64(s, 9);
+  r.end_ms = sqlite3_column_int64(s, 10);
+  r.reason = ColText(s, 11);
+  return r;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<StoredPeer>> Store::LoadPeers() {
   std::lock_guard lock(mu_);
   SqlStmt s(db_, "SELECT site, endpoint, added_at_unix_ms FROM peers ORDER BY site;");
@@ -190,6 +218,75 @@ absl::StatusOr<std::vector<StoredSlice>> Store::LoadSlices() {
     out.push_back({ColText(st.get(), 0), static_cast<uint32_t>(sqlite3_column_int64(st.get(), 1)),
                    static_cast<uint64_t>(sqlite3_column_int64(st.get(), 2)), ColText(st.get(), 3)});
   }
+  return out;
+}
+
+absl::Status Store::OpenUsage(const std::vector<federation::UsageRecord>& records) {
+  std::lock_guard lock(mu_);
+  if (auto st = Exec("BEGIN IMMEDIATE;"); !st.ok()) return st;
+  for (const auto& r : records) {
+    SqlStmt st(db_,
+               "INSERT OR IGNORE INTO usage(job_id, attempt, epoch, site, node, gpu_model, gpus, "
+               "tenant, priority, start_ms, end_ms, reason) "
+               "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 0, '');");
+    if (!st.ok()) break;
+    st.Text(1, r.job_id);
+    st.Int(2, r.attempt);
+    st.Int(3, static_cast<int64_t>(r.epoch));
+    st.Text(4, r.site);
+    st.Text(5, r.node);
+    st.Text(6, r.gpu_model);
+    st.Int(7, r.gpus);
+    st.Text(8, r.tenant);
+    st.Text(9, r.priority);
+    st.Int(10, r.start_ms);
+    if (sqlite3_step(st.get()) != SQLITE_DONE) {
+      const std::string err = sqlite3_errmsg(db_);
+      (void)Exec("ROLLBACK;");
+      return absl::InternalError(err);
+    }
+  }
+  return Exec("COMMIT;");
+}
+
+absl::StatusOr<std::vector<federation::UsageRecord>> Store::CloseUsage(const std::string& job_id,
+                                                                       uint64_t epoch, int64_t end_ms,
+                                                                       const std::string& reason) {
+  std::lock_guard lock(mu_);
+  std::vector<federation::UsageRecord> closed;
+  {
+    SqlStmt st(db_,
+               "UPDATE usage SET end_ms = MAX(start_ms, ?3), reason = ?4 WHERE end_ms = 0 AND "
+               "(?1 = '' OR (job_id = ?1 AND epoch = ?2)) RETURNING job_id, attempt, epoch, site, "
+               "node, gpu_model, gpus, tenant, priority, start_ms, end_ms, reason;");
+    if (!st.ok()) return absl::InternalError(sqlite3_errmsg(db_));
+    st.Text(1, job_id);
+    st.Int(2, static_cast<int64_t>(epoch));
+    st.Int(3, end_ms);
+    st.Text(4, reason.substr(0, 512));
+    int rc;
+    while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) closed.push_back(UsageRow(st.get()));
+    if (rc != SQLITE_DONE) return absl::InternalError(sqlite3_errmsg(db_));
+  }
+  return closed;
+}
+
+absl::StatusOr<std::vector<federation::UsageRecord>> Store::ListUsage(int64_t since_ms,
+                                                                      int64_t until_ms,
+                                                                      const std::string& tenant) {
+  std::lock_guard lock(mu_);
+  SqlStmt st(db_,
+             "SELECT job_id, attempt, epoch, site, node, gpu_model, gpus, tenant, priority, "
+             "start_ms, end_ms, reason FROM usage WHERE start_ms < ?2 AND (end_ms = 0 OR end_ms > ?1) "
+             "AND (?3 = '' OR tenant = ?3) ORDER BY start_ms LIMIT 100000;");
+  if (!st.ok()) return absl::InternalError(sqlite3_errmsg(db_));
+  st.Int(1, since_ms);
+  st.Int(2, until_ms);
+  st.Text(3, tenant);
+  std::vector<federation::UsageRecord> out;
+  int rc;
+  while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) out.push_back(UsageRow(st.get()));
+  if (rc != SQLITE_DONE) return absl::InternalError(sqlite3_errmsg(db_));
   return out;
 }
 

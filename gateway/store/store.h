@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "federation/usage.h"
 
 struct sqlite3;
 
@@ -46,6 +47,18 @@ class Store {
   absl::Status PutSlice(const StoredSlice& s);
   absl::Status DeleteSlice(const std::string& job_id, uint64_t epoch);
   absl::StatusOr<std::vector<StoredSlice>> LoadSlices();
+
+  // The usage ledger (per-second metering): records open when a slice's
+  // ranks start and close when they have all exited. CloseUsage with an
+  // empty job id closes every open record (after a restart) and returns
+  // what it closed.
+  absl::Status OpenUsage(const std::vector<federation::UsageRecord>& records);
+  absl::StatusOr<std::vector<federation::UsageRecord>> CloseUsage(const std::string& job_id,
+                                                                  uint64_t epoch, int64_t end_ms,
+                                                                  const std::string& reason);
+  // Records overlapping [since, until), of one tenant or of all ("").
+  absl::StatusOr<std::vector<federation::UsageRecord>> ListUsage(int64_t since_ms, int64_t until_ms,
+                                                                 const std::string& tenant);
 
   absl::StatusOr<std::optional<std::string>> GetKv(const std::string& key);
   absl::Status PutKv(const std::string& key, const std::string& value);

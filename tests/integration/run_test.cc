@@ -398,5 +398,44 @@ TEST_F(RunTest, CordonAndDrainANodeAreAuditedAndSurviveARestart) {
   EXPECT_EQ(audit.find("vision"), std::string::npos) << "unauthorized calls never reach the handler";
 }
 
+// Per-second metering: a 4-GPU job across two sites that ran about 6 s shows
+// 4 x its runtime in GPU-seconds (within a second per GPU), gathered from
+// both sites' ledgers, by tenant and by site, as JSON and CSV.
+TEST_F(RunTest, UsageCountsGpuSecondsFromEverySite) {
+  AddSite("site-a", {"site-b"}, 2);
+  AddSite("site-b", {"site-a"}, 2);
+  fed_.StartAll();
+  ASSERT_TRUE(Eventually([&] { return Free("site-a", "site-b") == 2; }, 15000));
+  const std::string id = Submit("site-a", "name: m\ngpus: 4\ncommand: [sleep, '6']\n");
+  ASSERT_TRUE(WaitState("site-a", id, v1::Job::SUCCEEDED, 40000)) << Get("site-a", id).reason();
+  auto by_tenant = Alice("site-a", {"usage"});
+  ASSERT_EQ(by_tenant.exit_code, 0) << by_tenant.err;
+  v1::UsageResponse u;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(by_tenant.out, &u).ok()) << by_tenant.out;
+  ASSERT_EQ(u.usage_size(), 1) << by_tenant.out;
+  EXPECT_EQ(u.usage(0).tenant(), "vision");
+  EXPECT_NEAR(u.usage(0).gpu_seconds(), 4 * 6.0, 4.0) << by_tenant.out;
+  EXPECT_EQ(by_tenant.out.find("\"site\""), std::string::npos) << "rows carry the --by key only";
+  auto by_site = Alice("site-a", {"usage", "--by", "site"});
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(by_site.out, &u).ok()) << by_site.out;
+  ASSERT_EQ(u.usage_size(), 2) << by_site.out;
+  EXPECT_EQ(u.usage(1).site(), "site-b");
+  EXPECT_NEAR(u.usage(1).gpu_seconds(), 2 * 6.0, 2.0);
+  EXPECT_TRUE(u.unreachable_sites().empty());
+  auto csv = RunCommand({FedctlBin(), "-o", "csv", "--gateway", fed_.endpoint("site-a"), "--tls-dir",
+                         tmp_ / "alice", "usage", "--by", "site", "--since", "1h"});
+  EXPECT_EQ(csv.out.rfind("site,gpu_seconds,cost\nsite-a,", 0), 0u) << csv.out << csv.err;
+  auto other = Alice("site-a", {"usage", "--tenant", "nlp"});
+  EXPECT_NE(other.exit_code, 0);
+  EXPECT_NE(other.err.find("may only see its own usage"), std::string::npos) << other.err;
+  auto bad = Alice("site-a", {"usage", "--since", "yesterday"});
+  EXPECT_NE(bad.err.find("--since \"yesterday\" is neither RFC 3339 nor a duration"), std::string::npos)
+      << bad.err;
+  const double metered = Metric(fed_.ops_port("site-b"),
+                                "fedgate_gpu_seconds_total{tenant=\"vision\",model=\"A100-80GB\","
+                                "priority=\"guaranteed\"}");
+  EXPECT_NEAR(metered, 2 * 6.0, 2.0);
+}
+
 }  // namespace
 }  // namespace fedgate::testing

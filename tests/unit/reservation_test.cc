@@ -10,7 +10,7 @@ namespace fedgate::federation {
 namespace {
 
 constexpr int64_t kTtl = 10'000;
-const HoldOwner kOwner{"coord", "vision"};
+const HoldOwner kOwner{"coord", "vision", ""};
 
 class LedgerTest : public ::testing::Test {
  protected:
@@ -135,7 +135,7 @@ TEST_F(LedgerTest, AnAbortedCommittedHoldKeepsItsGpusUntilReleased) {
   EXPECT_EQ(ledger_.holds().at({"j1", 1}).state, HoldState::kStopping);
   // Its ranks may still run: the GPUs are not free for anyone.
   EXPECT_EQ(ledger_.FreeGpus("n1"), 0u);
-  EXPECT_EQ(ledger_.Prepare("j2", 1, 1, {"coord", "vision"}, {{"n1", 1}}, 2, kTtl)
+  EXPECT_EQ(ledger_.Prepare("j2", 1, 1, {"coord", "vision", ""}, {{"n1", 1}}, 2, kTtl)
                 .status()
                 .code(),
             absl::StatusCode::kResourceExhausted);
@@ -162,7 +162,7 @@ TEST_F(LedgerTest, ANewerEpochStopsTheOlderCommittedSliceWithoutSharingItsGpus) 
 
 TEST_F(LedgerTest, OnlyTheCoordinatorThatPreparedMayTouchTheJob) {
   ASSERT_TRUE(ledger_.Prepare("j1", 1, 1, kOwner, {{"n1", 2}}, 0, kTtl).ok());
-  const HoldOwner intruder{"cn-evil", "vision"};
+  const HoldOwner intruder{"cn-evil", "vision", ""};
   EXPECT_EQ(ledger_.Prepare("j1", 1, 2, intruder, {{"n1", 2}}, 0, kTtl).status().code(),
             absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(ledger_.Commit("j1", 1, 1, "cn-evil", 1).status().code(),

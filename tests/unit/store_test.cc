@@ -15,7 +15,7 @@ TEST(Store, PeersAndKvSurviveReopen) {
   {
     auto store = Store::Open(dir / "data");
     ASSERT_TRUE(store.ok()) << store.status();
-    EXPECT_EQ((*store)->schema_version(), 7);
+    EXPECT_EQ((*store)->schema_version(), 8);
     ASSERT_TRUE((*store)->UpsertPeer({"cn-shanghai", "h:1", 5}).ok());
     ASSERT_TRUE((*store)->UpsertPeer({"cn-shanghai", "h:2", 6}).ok());
     ASSERT_TRUE((*store)->UpsertPeer({"cn-shenzhen", "h:3", 7}).ok());
@@ -75,6 +75,53 @@ TEST(Store, UnwritableDataDirIsAClearError) {
   auto store = Store::Open(dir / "file/sub");
   ASSERT_FALSE(store.ok());
   EXPECT_NE(std::string(store.status().message()).find("data_dir"), std::string::npos);
+}
+
+// The usage ledger: records survive a crash (reopen); a finished record is
+// never changed again; after a restart the open ones are closed at the
+// restart's time (the open interval is all a crash can cost).
+TEST(Store, UsageRecordsOpenCloseAndSurviveACrash) {
+  TempDir dir;
+  federation::UsageRecord r;
+  r.job_id = "j-0000000000000001";
+  r.attempt = 1;
+  r.epoch = 7;
+  r.site = "bj";
+  r.node = "n1";
+  r.gpu_model = "A100";
+  r.gpus = 4;
+  r.tenant = "vision";
+  r.priority = "guaranteed";
+  r.start_ms = 1000;
+  {
+    auto store = Store::Open(dir / "data");
+    ASSERT_TRUE(store.ok());
+    federation::UsageRecord other = r;
+    other.job_id = "j-0000000000000002";
+    other.tenant = "nlp";
+    ASSERT_TRUE((*store)->OpenUsage({r, other}).ok());
+    auto closed = (*store)->CloseUsage(r.job_id, 7, 7000, "succeeded");
+    ASSERT_TRUE(closed.ok());
+    ASSERT_EQ(closed->size(), 1u);
+    EXPECT_EQ((*closed)[0].end_ms, 7000);
+    EXPECT_TRUE((*store)->CloseUsage(r.job_id, 7, 9000, "again")->empty()) << "closed once";
+    ASSERT_TRUE((*store)->OpenUsage({r}).ok()) << "a duplicate open is ignored";
+  }  // "crash": j-...2 is still open
+  auto store = Store::Open(dir / "data");
+  ASSERT_TRUE(store.ok());
+  auto all = (*store)->ListUsage(0, INT64_MAX, "");
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 2u);
+  auto mine = (*store)->ListUsage(0, INT64_MAX, "vision");
+  ASSERT_EQ(mine->size(), 1u);
+  EXPECT_EQ((*mine)[0].end_ms, 7000);
+  EXPECT_EQ((*mine)[0].reason, "succeeded");
+  auto restart = (*store)->CloseUsage("", 0, 20000, "gateway restarted: ranks stopped");
+  ASSERT_TRUE(restart.ok());
+  ASSERT_EQ(restart->size(), 1u);
+  EXPECT_EQ((*restart)[0].tenant, "nlp");
+  EXPECT_DOUBLE_EQ(federation::GpuSeconds((*restart)[0], 0, INT64_MAX, 0), 4 * 19.0);
+  EXPECT_TRUE((*store)->ListUsage(8000, 9000, "vision")->empty()) << "outside the window";
 }
 
 }  // namespace
