@@ -80,6 +80,18 @@ absl::StatusOr<RestCall> RouteRest(std::string_view method, std::string_view tar
     call.list.set_page_size(*size);
     return call;
   }
+  if (path == "/v1/usage" && get) {
+    call.kind = RestCall::Kind::kUsage;
+    for (const char* k : {"tenant", "since", "until", "by"}) {
+      if (!query.contains(k)) continue;
+      const std::string& v = query.at(k);
+      if (std::string_view(k) == "tenant") call.usage.set_tenant(v);
+      if (std::string_view(k) == "since") call.usage.set_since(v);
+      if (std::string_view(k) == "until") call.usage.set_until(v);
+      if (std::string_view(k) == "by") call.usage.set_by(v);
+    }
+    return call;
+  }
   if (path.rfind(std::string(kJobs) + "/", 0) == 0) {
     const std::string rest = path.substr(kJobs.size() + 1);
     if (post && rest.size() > 7 && rest.ends_with(":cancel")) {

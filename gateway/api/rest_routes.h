@@ -12,17 +12,19 @@
 namespace fedgate::gateway {
 
 struct RestCall {
-  enum class Kind { kSubmit, kList, kCancel, kLogs, kGet };
+  enum class Kind { kSubmit, kList, kCancel, kLogs, kGet, kUsage };
   Kind kind = Kind::kGet;
   v1::SubmitJobRequest submit;
   v1::ListJobsRequest list;
   v1::CancelJobRequest cancel;
   v1::LogsRequest logs;
   v1::GetJobRequest get;
+  v1::UsageRequest usage;
 };
 
 // POST /v1/jobs (JSON SubmitJobRequest), GET /v1/jobs?state=&page_token=&page_size=,
-// POST /v1/jobs/{id}:cancel, GET /v1/jobs/{id}/logs?rank=&offset=, GET /v1/jobs/{id}.
+// POST /v1/jobs/{id}:cancel, GET /v1/jobs/{id}/logs?rank=&offset=, GET /v1/jobs/{id},
+// GET /v1/usage?tenant=&since=&until=&by=.
 // INVALID_ARGUMENT for a bad body or query, NOT_FOUND for any other target.
 absl::StatusOr<RestCall> RouteRest(std::string_view method, std::string_view target,
                                    const std::string& body);

@@ -425,6 +425,11 @@ TEST_F(RunTest, UsageCountsGpuSecondsFromEverySite) {
   auto csv = RunCommand({FedctlBin(), "-o", "csv", "--gateway", fed_.endpoint("site-a"), "--tls-dir",
                          tmp_ / "alice", "usage", "--by", "site", "--since", "1h"});
   EXPECT_EQ(csv.out.rfind("site,gpu_seconds,cost\nsite-a,", 0), 0u) << csv.out << csv.err;
+  auto rest = RunCommand({"/usr/bin/curl", "-s", "--cacert", tmp_ / "alice/ca.pem", "--cert", tmp_ / "alice/cert.pem",
+                          "--key", tmp_ / "alice/key.pem",
+                          "https://127.0.0.1:" + std::to_string(fed_.http_port("site-a")) +
+                              "/v1/usage?by=model"});
+  EXPECT_NE(rest.out.find("\"model\":\"A100-80GB\""), std::string::npos) << rest.out << rest.err;
   auto other = Alice("site-a", {"usage", "--tenant", "nlp"});
   EXPECT_NE(other.exit_code, 0);
   EXPECT_NE(other.err.find("may only see its own usage"), std::string::npos) << other.err;

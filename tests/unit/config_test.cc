@@ -67,8 +67,10 @@ TEST_F(ConfigTest, AcceptsEveryKeyOfTheDesignExample) {
       "bench: {probe_interval: 10m, probe_duration: 3s}\n"
       "executor: {kind: process}\n"
       "retention: {logs: 7d, jobs: 30d}\n"
-      "health: {command: /usr/local/bin/gpu-health, interval: 10s}\n");
+      "health: {command: /usr/local/bin/gpu-health, interval: 10s}\n"
+      "pricing: {A100-80GB: {guaranteed: 2.50, spot: 0.90}}\n");
   ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_DOUBLE_EQ(c->pricing.at("A100-80GB").spot, 0.9);
   EXPECT_EQ(c->health_command, "/usr/local/bin/gpu-health");
   EXPECT_EQ(c->health_interval_ms, 10000);
   EXPECT_EQ(c->retention_logs_ms, 7LL * 24 * 3600 * 1000);
@@ -114,6 +116,8 @@ TEST_F(ConfigTest, BadValuesNameTheKey) {
   ExpectError(Good("health: {interval: 10ms}\n"), "\"health.interval\" must be at least 100ms");
   ExpectError(Good("health: {cmd: x}\n"), "unknown key \"health.cmd\"");
   ExpectError(Good("retention: {logs: forever}\n"), "\"retention.logs\": invalid duration");
+  ExpectError(Good("pricing: {A100: {guaranteed: free}}\n"), "\"pricing.A100.guaranteed\" must be a number");
+  ExpectError(Good("pricing: {A100: {gold: 1}}\n"), "unknown key \"pricing.A100.gold\"");
   ExpectError(Good("peers:\n  - {site: cn-beijing, endpoint: h:1}\n"), "this site itself");
 }
 
