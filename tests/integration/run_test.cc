@@ -58,6 +58,15 @@ class RunTest : public ::testing::Test {
                  int timeout_ms) {
     return Eventually([&] { return Get(site, id).state() == state; }, timeout_ms, 100);
   }
+  // The job runs again as `attempt` (a retry after its slice was stopped).
+  bool WaitRunningAgain(const std::string& site, const std::string& id, uint32_t attempt) {
+    return Eventually(
+        [&] {
+          const v1::Job j = Get(site, id);
+          return j.attempt() == attempt && j.state() == v1::Job::RUNNING;
+        },
+        30000, 100);
+  }
   uint32_t Free(const std::string& viewer, const std::string& site) {
     auto cap = fed_.Capacity(viewer);
     if (!cap) return 0;
@@ -311,13 +320,7 @@ TEST_F(RunTest, AFailingGpuLeavesTheAdItsJobMovesAndItReturnsWhenHealthy) {
   ASSERT_TRUE(WaitState("site-a", id, v1::Job::RUNNING, 20000)) << Get("site-a", id).reason();
   ASSERT_EQ(Get("site-a", id).run().sites(0).site(), "site-a") << "ties break by name";
   WriteText(health, "site-a-n1 1 fail ECC errors\n");
-  ASSERT_TRUE(Eventually(
-      [&] {
-        const v1::Job j = Get("site-a", id);
-        return j.attempt() == 2 && j.state() == v1::Job::RUNNING;
-      },
-      30000, 100))
-      << Get("site-a", id).reason();
+  ASSERT_TRUE(WaitRunningAgain("site-a", id, 2)) << Get("site-a", id).reason();
   const v1::Job moved = Get("site-a", id);
   ASSERT_EQ(moved.run().sites_size(), 1);
   EXPECT_EQ(moved.run().sites(0).site(), "site-b") << "site-a has one healthy GPU left";
@@ -374,13 +377,7 @@ TEST_F(RunTest, CordonAndDrainANodeAreAuditedAndSurviveARestart) {
   auto drain = admin({"nodes", "drain", "site-a-n1", "--preempt", "--timeout", "30"});
   ASSERT_EQ(drain.exit_code, 0) << drain.err;
   EXPECT_NE(drain.err.find("stopping 1 slice(s) on site-a-n1"), std::string::npos) << drain.err;
-  ASSERT_TRUE(Eventually(
-      [&] {
-        const v1::Job j = Get("site-a", id);
-        return j.attempt() == 2 && j.state() == v1::Job::RUNNING;
-      },
-      30000, 100))
-      << Get("site-a", id).reason();
+  ASSERT_TRUE(WaitRunningAgain("site-a", id, 2)) << Get("site-a", id).reason();
   EXPECT_EQ(Get("site-a", id).run().sites(0).site(), "site-b");
   EXPECT_EQ(Free("site-b", "site-a"), 0u) << "a drained node stays cordoned";
   EXPECT_EQ(Alice("site-a", {"jobs", "cancel", id}).exit_code, 0);
