@@ -139,7 +139,7 @@ Config Walk(const YAML::Node& root, const std::string& base_dir, const Walker& w
   if (!root.IsDefined() || root.IsNull()) w.Fail(root, "the config is empty");
   w.ExpectKeys(root, "",
                {"site", "federation", "listen", "tls", "data_dir", "inventory", "peers",
-                "advertise", "bench", "executor", "jobs", "api", "health", "retention", "pricing"});
+                "advertise", "bench", "executor", "jobs", "api", "health", "retention", "pricing", "queue"});
   for (const char* req : {"site", "federation", "listen", "tls", "inventory"}) {
     if (!root[req]) w.Fail(root, fedgate::StrCat("missing required key \"", req, "\""));
   }
@@ -280,6 +280,14 @@ Config Walk(const YAML::Node& root, const std::string& base_dir, const Walker& w
     if (h["command"]) c.health_command = w.Str(h["command"], "health.command");
     if (h["interval"]) c.health_interval_ms = w.Duration(h["interval"], "health.interval");
     if (c.health_interval_ms < 100) w.Fail(h["interval"], "\"health.interval\" must be at least 100ms");
+  }
+  if (root["queue"]) {
+    const auto& q = root["queue"];
+    w.ExpectKeys(q, "queue", {"fair_share_half_life"});
+    if (q["fair_share_half_life"]) {
+      c.queue_fair_share_half_life_ms =
+          w.Duration(q["fair_share_half_life"], "queue.fair_share_half_life");
+    }
   }
   if (root["pricing"]) {
     const auto& pr = root["pricing"];

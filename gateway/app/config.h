@@ -51,6 +51,8 @@ struct Config {
   // Rank logs and finished jobs' working directories are removed after these.
   int64_t retention_logs_ms = 7LL * 24 * 3600 * 1000;
   int64_t retention_jobs_ms = 30LL * 24 * 3600 * 1000;
+  // Half-life of the decayed usage that breaks ties in the queue.
+  int64_t queue_fair_share_half_life_ms = 7LL * 24 * 3600 * 1000;
   // Per GPU-hour, by model and class (`pricing:`), for the usage cost column.
   federation::Pricing pricing;
 };

@@ -82,7 +82,8 @@ Coordinator::Coordinator(GatewayCore* core, JobStore* store, ParticipantCalls* p
     : core_(core),
       store_(store),
       participants_(participants),
-      lease_ms_(core->config().jobs_lease_ms) {}
+      lease_ms_(core->config().jobs_lease_ms),
+      share_(core->config().queue_fair_share_half_life_ms) {}
 
 Coordinator::~Coordinator() { Stop(); }
 

@@ -103,13 +103,13 @@ class Coordinator {
   std::function<void(double, const JobRecord&)> on_scheduled_;
   std::function<void(const char*, bool, double)> on_phase_;
   std::function<void(bool)> on_reservation_end_;
-  // Decayed GPU-seconds per tenant of jobs that ended here (fair-share ties).
-  std::mutex share_mu_;
-  federation::FairShare share_;
   GatewayCore* core_;
   JobStore* store_;
   ParticipantCalls* participants_;
   const int64_t lease_ms_;
+  // Decayed GPU-seconds per tenant of jobs that ended here (fair-share ties).
+  std::mutex share_mu_;
+  federation::FairShare share_;
   uint64_t last_epoch_ = 0;                                        // placement thread only
   std::map<std::string, std::map<std::string, int64_t>> last_ok_;  // renewal thread only
   std::atomic<uint64_t> renew_passes_{0};

@@ -68,9 +68,11 @@ TEST_F(ConfigTest, AcceptsEveryKeyOfTheDesignExample) {
       "executor: {kind: process}\n"
       "retention: {logs: 7d, jobs: 30d}\n"
       "health: {command: /usr/local/bin/gpu-health, interval: 10s}\n"
-      "pricing: {A100-80GB: {guaranteed: 2.50, spot: 0.90}}\n");
+      "pricing: {A100-80GB: {guaranteed: 2.50, spot: 0.90}}\n"
+      "queue: {fair_share_half_life: 168h}\n");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_DOUBLE_EQ(c->pricing.at("A100-80GB").spot, 0.9);
+  EXPECT_EQ(c->queue_fair_share_half_life_ms, 168LL * 3600 * 1000);
   EXPECT_EQ(c->health_command, "/usr/local/bin/gpu-health");
   EXPECT_EQ(c->health_interval_ms, 10000);
   EXPECT_EQ(c->retention_logs_ms, 7LL * 24 * 3600 * 1000);
