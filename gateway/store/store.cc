@@ -127,6 +127,10 @@ absl::Status Store::Migrate() {
 
 namespace {
 
+// The usage table's columns in the order UsageRow reads them.
+#define FEDGATE_USAGE_COLUMNS \
+  "job_id, attempt, epoch, site, node, gpu_model, gpus, tenant, priority, start_ms, end_ms, reason"
+
 federation::UsageRecord UsageRow(sqlite3_stmt* s) {
   federation::UsageRecord r;
   r.job_id = ColText(s, 0);
@@ -226,8 +230,7 @@ absl::Status Store::OpenUsage(const std::vector<federation::UsageRecord>& record
   if (auto st = Exec("BEGIN IMMEDIATE;"); !st.ok()) return st;
   for (const auto& r : records) {
     SqlStmt st(db_,
-               "INSERT OR IGNORE INTO usage(job_id, attempt, epoch, site, node, gpu_model, gpus, "
-               "tenant, priority, start_ms, end_ms, reason) "
+               "INSERT OR IGNORE INTO usage(" FEDGATE_USAGE_COLUMNS ") "
                "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 0, '');");
     if (!st.ok()) break;
     st.Text(1, r.job_id);
@@ -257,8 +260,7 @@ absl::StatusOr<std::vector<federation::UsageRecord>> Store::CloseUsage(const std
   {
     SqlStmt st(db_,
                "UPDATE usage SET end_ms = MAX(start_ms, ?3), reason = ?4 WHERE end_ms = 0 AND "
-               "(?1 = '' OR (job_id = ?1 AND epoch = ?2)) RETURNING job_id, attempt, epoch, site, "
-               "node, gpu_model, gpus, tenant, priority, start_ms, end_ms, reason;");
+               "(?1 = '' OR (job_id = ?1 AND epoch = ?2)) RETURNING " FEDGATE_USAGE_COLUMNS ";");
     if (!st.ok()) return absl::InternalError(sqlite3_errmsg(db_));
     st.Text(1, job_id);
     st.Int(2, static_cast<int64_t>(epoch));
@@ -276,8 +278,8 @@ absl::StatusOr<std::vector<federation::UsageRecord>> Store::ListUsage(int64_t si
                                                                       const std::string& tenant) {
   std::lock_guard lock(mu_);
   SqlStmt st(db_,
-             "SELECT job_id, attempt, epoch, site, node, gpu_model, gpus, tenant, priority, "
-             "start_ms, end_ms, reason FROM usage WHERE start_ms < ?2 AND (end_ms = 0 OR end_ms > ?1) "
+             "SELECT " FEDGATE_USAGE_COLUMNS " FROM usage WHERE start_ms < ?2 AND "
+             "(end_ms = 0 OR end_ms > ?1) "
              "AND (?3 = '' OR tenant = ?3) ORDER BY start_ms LIMIT 100000;");
   if (!st.ok()) return absl::InternalError(sqlite3_errmsg(db_));
   st.Int(1, since_ms);
