@@ -15,6 +15,28 @@ ReservationLedger::ReservationLedger(std::map<std::string, uint32_t> nodes)
     : nodes_(std::move(nodes)) {}
 
 uint32_t ReservationLedger::FreeGpus(const std::string& node) const {
+  return FreeGpusFor(node, "");
+}
+
+uint32_t ReservationLedger::FreeGpusFor(const std::string& node, const std::string& job_id) const {
+  uint32_t free = RawFree(node);
+  if (auto e = earmarks_.find(node); e != earmarks_.end()) {
+    for (const auto& [job, mark] : e->second) {
+      if (job != job_id) free -= std::min(free, mark.first);
+    }
+  }
+  return free;
+}
+
+void ReservationLedger::Earmark(const std::string& job_id, const std::string& node, uint32_t gpus,
+                                int64_t until_ms) {
+  if (!nodes_.contains(node) || gpus == 0) return;
+  auto& mark = earmarks_[node][job_id];
+  mark.first = std::min(nodes_[node], mark.first + gpus);
+  mark.second = std::max(mark.second, until_ms);
+}
+
+uint32_t ReservationLedger::RawFree(const std::string& node) const {
   auto it = nodes_.find(node);
   if (it == nodes_.end() || cordoned_.contains(node)) return 0;
   std::set<uint32_t> out;  // held or unhealthy
@@ -149,13 +171,19 @@ absl::StatusOr<Hold> ReservationLedger::Prepare(const std::string& job_id, uint3
   }
   if (asked.empty()) return absl::InvalidArgumentError("no GPUs asked");
   for (const auto& [node, n] : asked) {
-    const uint32_t free = FreeGpus(node) + reusable[node];
+    const uint32_t free = FreeGpusFor(node, job_id) + reusable[node];
     if (n > free) {
       return absl::ResourceExhaustedError(
           StrCat("node ", node, " has ", free, " free GPU(s), ", n, " asked"));
     }
   }
   for (const auto& k : replaced) holds_.erase(k);
+  for (const auto& [node, n] : asked) {
+    if (auto e = earmarks_.find(node); e != earmarks_.end()) {
+      e->second.erase(job_id);
+      if (e->second.empty()) earmarks_.erase(e);
+    }
+  }
   for (auto it = holds_.lower_bound({job_id, 0}); it != holds_.end() && it->first.first == job_id;
        ++it) {
     if (it->second.state == HoldState::kCommitted) {
@@ -249,6 +277,10 @@ void ReservationLedger::Release(const std::string& job_id, uint64_t epoch) {
 
 std::vector<std::string> ReservationLedger::ExpireHolds(int64_t now_ms) {
   std::vector<std::string> out;
+  for (auto n = earmarks_.begin(); n != earmarks_.end();) {
+    std::erase_if(n->second, [&](const auto& kv) { return now_ms > kv.second.second; });
+    n = n->second.empty() ? earmarks_.erase(n) : std::next(n);
+  }
   for (auto it = holds_.begin(); it != holds_.end();) {
     if (it->second.state == HoldState::kPrepared && now_ms > it->second.expires_at_ms) {
       out.push_back(it->first.first);

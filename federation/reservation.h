@@ -102,8 +102,22 @@ class ReservationLedger {
   void SetCordoned(const std::string& node, bool cordoned);
   bool cordoned(const std::string& node) const { return cordoned_.contains(node); }
 
-  // GPUs of the node that are neither held nor unhealthy (0 when cordoned).
+  // Keeps `gpus` GPUs of `node` that free up for `job_id` until `until_ms`:
+  // a preemptor waiting for its victims to stop. Nobody else sees them free;
+  // the job's next Prepare uses them and drops the mark.
+  void Earmark(const std::string& job_id, const std::string& node, uint32_t gpus,
+               int64_t until_ms);
+  // Earmarked GPUs per node and job.
+  const std::map<std::string, std::map<std::string, std::pair<uint32_t, int64_t>>>& earmarks()
+      const {
+    return earmarks_;
+  }
+
+  // GPUs of the node that are neither held, unhealthy nor earmarked (0 when
+  // cordoned).
   uint32_t FreeGpus(const std::string& node) const;
+  // The same as `job_id` sees them: its own earmarks count as free.
+  uint32_t FreeGpusFor(const std::string& node, const std::string& job_id) const;
   uint32_t TotalFree() const;
   const std::map<HoldKey, Hold>& holds() const { return holds_; }
   // The job's live (prepared or committed) hold of `epoch`, or null.
@@ -127,6 +141,9 @@ class ReservationLedger {
   std::map<std::string, JobEntry> jobs_;  // kept after release, until pruned
   std::map<std::string, std::set<uint32_t>> unhealthy_;
   std::set<std::string> cordoned_;
+  // node -> job -> (GPUs, until ms)
+  std::map<std::string, std::map<std::string, std::pair<uint32_t, int64_t>>> earmarks_;
+  uint32_t RawFree(const std::string& node) const;
 };
 
 }  // namespace fedgate::federation

@@ -139,7 +139,7 @@ Config Walk(const YAML::Node& root, const std::string& base_dir, const Walker& w
   if (!root.IsDefined() || root.IsNull()) w.Fail(root, "the config is empty");
   w.ExpectKeys(root, "",
                {"site", "federation", "listen", "tls", "data_dir", "inventory", "peers",
-                "advertise", "bench", "executor", "jobs", "api", "health", "retention", "pricing", "queue"});
+                "advertise", "bench", "executor", "jobs", "api", "health", "retention", "pricing", "queue", "tenants", "preemption"});
   for (const char* req : {"site", "federation", "listen", "tls", "inventory"}) {
     if (!root[req]) w.Fail(root, fedgate::StrCat("missing required key \"", req, "\""));
   }
@@ -301,6 +301,55 @@ Config Walk(const YAML::Node& root, const std::string& base_dir, const Walker& w
       if (it->second["spot"]) p.spot = w.Scalar<double>(it->second["spot"], path + ".spot", "a number");
       if (p.guaranteed < 0 || p.spot < 0) w.Fail(it->second, fedgate::StrCat("\"", path, "\": prices must be >= 0"));
       c.pricing[model] = p;
+    }
+  }
+  if (root["tenants"]) {
+    const auto& ts = root["tenants"];
+    if (!ts.IsSequence()) w.Fail(ts, "\"tenants\" must be a list of {name, gpus, models, borrow, weight}");
+    std::set<std::string> seen;
+    for (size_t i = 0; i < ts.size(); ++i) {
+      const auto& t = ts[i];
+      const std::string path = fedgate::StrCat("tenants[", i, "]");
+      w.ExpectKeys(t, path, {"name", "gpus", "models", "borrow", "weight"});
+      federation::TenantQuota q;
+      q.tenant = w.Str(t["name"], path + ".name");
+      if (!federation::IsValidName(q.tenant)) {
+        w.Fail(t["name"], fedgate::StrCat("\"", path, ".name\": invalid tenant name \"", q.tenant, "\""));
+      }
+      if (!seen.insert(q.tenant).second) {
+        w.Fail(t["name"], fedgate::StrCat("\"", path, ".name\": tenant \"", q.tenant, "\" is listed twice"));
+      }
+      auto count = [&](const YAML::Node& n, const std::string& key) -> uint32_t {
+        const int64_t v = w.Scalar<int64_t>(n, key, "an integer");
+        if (v < 0 || v > 1'000'000) w.Fail(n, fedgate::StrCat("\"", key, "\" must be between 0 and 1000000"));
+        return static_cast<uint32_t>(v);
+      };
+      q.gpus = count(t["gpus"], path + ".gpus");
+      if (t["borrow"]) q.borrow = count(t["borrow"], path + ".borrow");
+      if (t["weight"]) q.weight = w.Scalar<double>(t["weight"], path + ".weight", "a number");
+      if (t["models"]) {
+        if (!t["models"].IsMap()) w.Fail(t["models"], fedgate::StrCat("\"", path, ".models\" must map GPU models to GPU counts"));
+        for (auto it = t["models"].begin(); it != t["models"].end(); ++it) {
+          const std::string model = it->first.as<std::string>();
+          q.models[model] = count(it->second, fedgate::StrCat(path, ".models.", model));
+        }
+      }
+      if (auto st = federation::ValidateQuota(q); !st.ok()) w.Fail(t, fedgate::StrCat("\"", path, "\": ", st.message()));
+      c.tenants.push_back(std::move(q));
+    }
+  }
+  if (root["preemption"]) {
+    const auto& p = root["preemption"];
+    w.ExpectKeys(p, "preemption", {"grace", "min_runtime"});
+    if (p["grace"]) c.preemption_grace_ms = w.Duration(p["grace"], "preemption.grace");
+    if (p["min_runtime"]) {
+      // 0s is the documented default, so it is allowed here.
+      auto ms = federation::ParseDurationMs(w.Str(p["min_runtime"], "preemption.min_runtime"));
+      if (!ms.ok() || *ms < 0) {
+        w.Fail(p["min_runtime"], fedgate::StrCat("\"preemption.min_runtime\": ",
+                                                 ms.ok() ? "must be >= 0" : ms.status().message()));
+      }
+      c.preemption_min_runtime_ms = *ms;
     }
   }
   if (root["retention"]) {

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "federation/inventory.h"
+#include "federation/quota.h"
 #include "federation/usage.h"
 
 namespace fedgate::gateway {
@@ -55,6 +56,13 @@ struct Config {
   int64_t queue_fair_share_half_life_ms = 7LL * 24 * 3600 * 1000;
   // Per GPU-hour, by model and class (`pricing:`), for the usage cost column.
   federation::Pricing pricing;
+  // Tenants whose home (quota authority) is this site (`tenants:`); quotas
+  // set with `fedctl quota set` are stored and override these.
+  std::vector<federation::TenantQuota> tenants;
+  // Spot and borrowed slices: SIGTERM, then SIGKILL after the grace; none
+  // younger than min_runtime is chosen as a victim.
+  int64_t preemption_grace_ms = 30'000;
+  int64_t preemption_min_runtime_ms = 0;
 };
 
 // Parses YAML text. `base_dir` resolves relative paths; `source` names the

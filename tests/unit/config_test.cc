@@ -69,8 +69,18 @@ TEST_F(ConfigTest, AcceptsEveryKeyOfTheDesignExample) {
       "retention: {logs: 7d, jobs: 30d}\n"
       "health: {command: /usr/local/bin/gpu-health, interval: 10s}\n"
       "pricing: {A100-80GB: {guaranteed: 2.50, spot: 0.90}}\n"
-      "queue: {fair_share_half_life: 168h}\n");
+      "queue: {fair_share_half_life: 168h}\n"
+      "tenants:\n  - {name: team-a, gpus: 16, models: {A100-80GB: 8}, borrow: 8, weight: 2}\n"
+      "preemption: {grace: 30s, min_runtime: 0s}\n");
   ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->tenants.size(), 1u);
+  EXPECT_EQ(c->tenants[0].tenant, "team-a");
+  EXPECT_EQ(c->tenants[0].gpus, 16u);
+  EXPECT_EQ(c->tenants[0].models.at("A100-80GB"), 8u);
+  EXPECT_EQ(c->tenants[0].borrow, 8u);
+  EXPECT_DOUBLE_EQ(c->tenants[0].weight, 2);
+  EXPECT_EQ(c->preemption_grace_ms, 30000);
+  EXPECT_EQ(c->preemption_min_runtime_ms, 0);
   EXPECT_DOUBLE_EQ(c->pricing.at("A100-80GB").spot, 0.9);
   EXPECT_EQ(c->queue_fair_share_half_life_ms, 168LL * 3600 * 1000);
   EXPECT_EQ(c->health_command, "/usr/local/bin/gpu-health");
@@ -121,6 +131,14 @@ TEST_F(ConfigTest, BadValuesNameTheKey) {
   ExpectError(Good("pricing: {A100: {guaranteed: free}}\n"), "\"pricing.A100.guaranteed\" must be a number");
   ExpectError(Good("pricing: {A100: {gold: 1}}\n"), "unknown key \"pricing.A100.gold\"");
   ExpectError(Good("peers:\n  - {site: cn-beijing, endpoint: h:1}\n"), "this site itself");
+  ExpectError(Good("tenants:\n  - {name: a, gpus: 2}\n  - {name: a, gpus: 3}\n"),
+              "tenant \"a\" is listed twice");
+  ExpectError(Good("tenants:\n  - {name: a, gpus: -1}\n"), "\"tenants[0].gpus\" must be between");
+  ExpectError(Good("tenants:\n  - {name: a, gpus: 2, models: {A100: 3}}\n"),
+              "models.A100 (3) exceeds its total of 2");
+  ExpectError(Good("tenants:\n  - {name: a, gpus: 2, weight: 0}\n"), "weight must be a number > 0");
+  ExpectError(Good("tenants:\n  - {name: a, gpus: 2, limit: 3}\n"), "unknown key \"tenants[0].limit\"");
+  ExpectError(Good("preemption: {grace: never}\n"), "\"preemption.grace\": invalid duration");
 }
 
 TEST_F(ConfigTest, MissingTlsFileIsNamed) {
