@@ -31,6 +31,11 @@ bool AdStore::Expired(const v1::CapacityAd& ad, int64_t now_ms) const {
 
 AdVerdict AdStore::Offer(const v1::CapacityAd& ad, std::string_view via) {
   if (ad.origin().empty() || ad.seq() == 0 || ad.ttl_ms() <= 0) return AdVerdict::kInvalid;
+  // Bounded: an ad is kept per origin and copied into every view.
+  if (ad.tenants_size() > 4096) return AdVerdict::kInvalid;
+  for (const auto& n : ad.nodes()) {
+    if (n.kept_for_size() > 256) return AdVerdict::kInvalid;
+  }
   if (ad.origin() == self_) return AdVerdict::kOwnOrigin;
   auto hw = high_water_.find(ad.origin());
   if (hw != high_water_.end() && ad.seq() <= hw->second) return AdVerdict::kStale;

@@ -24,9 +24,24 @@ void FlushModels(v1::SiteCapacity* site, const std::map<std::string, v1::ModelCa
 }  // namespace
 
 // An origin is silent (down) after a few intervals without a newer seq.
-static bool Silent(const StoredAd& stored, int64_t now_ms) {
+bool IsSilent(const StoredAd& stored, int64_t now_ms) {
   const int64_t interval = std::max<int64_t>(stored.ad.interval_ms(), 1);
   return now_ms - stored.received_at_ms > kMissedIntervalsForDown * interval;
+}
+
+static bool Silent(const StoredAd& stored, int64_t now_ms) { return IsSilent(stored, now_ms); }
+
+// What a node offers to `whom`: free GPUs, plus GPUs kept for it, plus with
+// preemption the preemptible ones (never more than the node has).
+static uint32_t Offered(uint32_t free, uint32_t preemptible,
+                        const std::map<std::string, uint32_t>& kept_for, uint32_t total,
+                        const OfferFor& whom) {
+  uint64_t n = free;
+  if (!whom.job_id.empty()) {
+    if (auto it = kept_for.find(whom.job_id); it != kept_for.end()) n += it->second;
+  }
+  if (whom.preempt) n += preemptible;
+  return static_cast<uint32_t>(std::min<uint64_t>(n, total));
 }
 
 static uint32_t FreeOf(const Node& n, const FreeGpus& free) {
@@ -36,7 +51,7 @@ static uint32_t FreeOf(const Node& n, const FreeGpus& free) {
 
 v1::CapacityAd MakeOwnAd(const std::string& site, const std::vector<Node>& nodes, uint64_t seq,
                          int64_t now_ms, int64_t ttl_ms, int64_t interval_ms,
-                         const FreeGpus& free) {
+                         const FreeGpus& free, const NodeExtras& extras) {
   v1::CapacityAd ad;
   ad.set_origin(site);
   ad.set_seq(seq);
@@ -53,6 +68,10 @@ v1::CapacityAd MakeOwnAd(const std::string& site, const std::vector<Node>& nodes
     nc->set_address(n.address);
     nc->set_rdma(n.rdma);
     nc->set_nic_gbps(n.nic_gbps);
+    if (auto e = extras.find(n.name); e != extras.end()) {
+      nc->set_preemptible_gpus(e->second.preemptible);
+      for (const auto& [job, g] : e->second.kept_for) (*nc->mutable_kept_for())[job] = g;
+    }
   }
   return ad;
 }
@@ -99,11 +118,16 @@ v1::GetCapacityResponse BuildCapacityView(const std::string& self_site,
 std::vector<SiteOffer> BuildOffers(const std::string& self_site,
                                    const std::vector<Node>& local_nodes,
                                    const std::vector<StoredAd>& ads, int64_t now_ms,
-                                   const FreeGpus& local_free) {
+                                   const FreeGpus& local_free, const NodeExtras& local_extras,
+                                   const OfferFor& whom) {
   std::vector<SiteOffer> out;
   SiteOffer local{self_site, true, {}};
   for (const auto& n : local_nodes) {
-    local.nodes.push_back({n.name, n.gpu_model, n.gpu_memory_gib, FreeOf(n, local_free)});
+    auto e = local_extras.find(n.name);
+    const NodeExtra extra = e == local_extras.end() ? NodeExtra{} : e->second;
+    local.nodes.push_back({n.name, n.gpu_model, n.gpu_memory_gib,
+                           Offered(FreeOf(n, local_free), extra.preemptible, extra.kept_for,
+                                   n.gpus, whom)});
   }
   out.push_back(std::move(local));
   for (const auto& stored : ads) {
@@ -111,7 +135,10 @@ std::vector<SiteOffer> BuildOffers(const std::string& self_site,
     if (ad.origin() == self_site || ad.withdrawn()) continue;
     SiteOffer o{ad.origin(), !Silent(stored, now_ms), {}};
     for (const auto& n : ad.nodes()) {
-      o.nodes.push_back({n.name(), n.gpu_model(), n.gpu_memory_gib(), n.free_gpus()});
+      o.nodes.push_back({n.name(), n.gpu_model(), n.gpu_memory_gib(),
+                         Offered(n.free_gpus(), n.preemptible_gpus(),
+                                 {n.kept_for().begin(), n.kept_for().end()}, n.total_gpus(),
+                                 whom)});
     }
     out.push_back(std::move(o));
   }

@@ -39,6 +39,11 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const std::set<std::string
     if (!d.ok()) return bad("estimated_duration: ", d.status().message());
     if (*d <= 0) return bad("estimated_duration must be > 0");
   }
+  if (!spec.time_limit().empty()) {
+    auto d = ParseDurationMs(spec.time_limit());
+    if (!d.ok()) return bad("time_limit: ", d.status().message());
+    if (*d <= 0) return bad("time_limit must be > 0");
+  }
   if (spec.command().empty() || spec.command(0).empty()) return bad("command is required");
   for (const auto& [k, v] : spec.env()) {
     if (k.empty() || k.find('=') != std::string::npos) return bad("env: invalid name \"", k, "\"");

@@ -32,7 +32,7 @@ void ReservationLedger::Earmark(const std::string& job_id, const std::string& no
                                 int64_t until_ms) {
   if (!nodes_.contains(node) || gpus == 0) return;
   auto& mark = earmarks_[node][job_id];
-  mark.first = std::min(nodes_[node], mark.first + gpus);
+  mark.first = std::min(nodes_[node], std::max(mark.first, gpus));
   mark.second = std::max(mark.second, until_ms);
 }
 

@@ -102,7 +102,7 @@ class ReservationLedger {
   void SetCordoned(const std::string& node, bool cordoned);
   bool cordoned(const std::string& node) const { return cordoned_.contains(node); }
 
-  // Keeps `gpus` GPUs of `node` that free up for `job_id` until `until_ms`:
+  // Keeps (at least) `gpus` GPUs of `node` for `job_id` until `until_ms`:
   // a preemptor waiting for its victims to stop. Nobody else sees them free;
   // the job's next Prepare uses them and drops the mark.
   void Earmark(const std::string& job_id, const std::string& node, uint32_t gpus,

@@ -71,6 +71,8 @@ absl::Status Gateway::Start() {
   if (auto st = core_->Init(); !st.ok()) return st;
   participant_ = std::make_unique<Participant>(config_, clock_.get(), store_.get());
   core_->SetFreeGpusFn([p = participant_.get()] { return p->FreeGpus(); });
+  core_->SetAdExtrasFn([p = participant_.get()] { return p->NodeExtras(); },
+                       [p = participant_.get()] { return p->Quotas(); });
   participant_->SetOnCapacityChange([c = core_.get()] { (void)c->Tick(); });
   metrics_->Describe("fedgate_gpu_seconds_total", "counter",
                      "GPU-seconds of slices that ended at this site, by tenant, model and class.");

@@ -176,6 +176,10 @@ void Coordinator::PlacePass() {
     std::lock_guard lock(share_mu_);
     share = share_;
   }
+  // Tenant weights come from their home sites' ads.
+  for (const auto& q : core_->Quotas()) {
+    if (q.weight() > 0) share.SetWeight(q.tenant(), q.weight());
+  }
   auto result = sched.Pass(
       now, free, std::move(running),
       [&](const federation::SchedJob& q) -> std::optional<federation::GpusByModel> {
@@ -213,20 +217,63 @@ bool Coordinator::TryStart(JobRecord job, const std::vector<std::string>& unreac
   for (const auto& s : unreachable) spec.add_avoided_sites(s);
   v1::JobSpec avoiding = spec;
   for (const auto& s : run.avoided_sites()) avoiding.add_avoided_sites(s);
-  auto plan = core_->Plan(avoiding);
-  // Sites that failed an earlier attempt are avoided while another placement
-  // exists; if none does, a failed site that is back up (fresh ad) may serve.
-  if (plan.ok() && !plan->placeable() && run.avoided_sites_size() > 0) plan = core_->Plan(spec);
   const int64_t now = core_->clock()->NowMs();
-  if (!plan.ok() || !plan->placeable()) {
-    const std::string reason = plan.ok() ? StrCat("waiting for capacity: ", plan->summary())
-                                         : std::string(plan.status().message());
+  auto wait = [&](const std::string& reason) {
     if (reason != job.reason) {
       job.reason = reason;
       job.updated_at_unix_ms = now;
       Save(&job);
     }
     return false;
+  };
+  // Quota: a guaranteed job of a governed tenant holds quota at its home
+  // site in the same two-phase reservation. The home's ad answers early
+  // what is certain to fail; the home site itself decides.
+  const bool spot = job.spec.priority() == "spot";
+  std::optional<GatewayCore::TenantHome> home;
+  bool within_nominal = true;
+  if (!spot) {
+    home = core_->HomeOf(job.tenant);
+    if (home) {
+      const auto& q = home->quota;
+      if (!home->error.empty()) return wait(StrCat("waiting for quota: ", home->error));
+      if (!home->up) {
+        return wait(StrCat("waiting for quota: home site ", home->site, " of tenant ", job.tenant,
+                           " is down; its new guaranteed work waits for it"));
+      }
+      if (std::find(unreachable.begin(), unreachable.end(), home->site) != unreachable.end()) {
+        return wait(StrCat("waiting for quota: home site ", home->site, " of tenant ", job.tenant,
+                           " is not a peer of ", core_->config().site));
+      }
+      const uint64_t held = static_cast<uint64_t>(q.used_gpus()) + q.borrowed_gpus();
+      if (held + job.spec.gpus() > static_cast<uint64_t>(q.gpus()) + q.borrow()) {
+        return wait(StrCat("waiting for quota: tenant ", job.tenant, " holds ", held, " of ",
+                           q.gpus(), " GPU(s) + ", q.borrow(), " borrowable; the job needs ",
+                           job.spec.gpus()));
+      }
+      within_nominal = static_cast<uint64_t>(q.used_gpus()) + job.spec.gpus() <= q.gpus();
+    }
+  }
+  const federation::OfferFor plain{job.id, false};
+  auto plan = core_->Plan(avoiding, plain);
+  // Sites that failed an earlier attempt are avoided while another placement
+  // exists; if none does, a failed site that is back up (fresh ad) may serve.
+  if (plan.ok() && !plan->placeable() && run.avoided_sites_size() > 0) {
+    plan = core_->Plan(spec, plain);
+  }
+  // A guaranteed job within its quota that cannot be placed may preempt
+  // spot and borrowed work, wherever it runs.
+  bool preempt = false;
+  if (plan.ok() && !plan->placeable() && !spot && within_nominal) {
+    auto with = core_->Plan(spec, {job.id, true});
+    if (with.ok() && with->placeable()) {
+      plan = std::move(with);
+      preempt = true;
+    }
+  }
+  if (!plan.ok() || !plan->placeable()) {
+    return wait(plan.ok() ? StrCat("waiting for capacity: ", plan->summary())
+                          : std::string(plan.status().message()));
   }
   // The virtual cluster: ranks site by site, node by node.
   const uint64_t epoch = last_epoch_ = std::max<uint64_t>(last_epoch_ + 1, now);
@@ -234,6 +281,10 @@ bool Coordinator::TryStart(JobRecord job, const std::vector<std::string>& unreac
   next.set_epoch(epoch);
   next.set_world_size(job.spec.gpus());
   *next.mutable_avoided_sites() = run.avoided_sites();
+  next.set_preemptions(run.preemptions());
+  if (home) next.set_quota_site(home->site);
+  std::map<std::string, uint32_t> quota_gpus;  // by model
+  for (const auto& sl : plan->slices()) quota_gpus[sl.gpu_model()] += sl.gpus();
   std::map<std::string, v1::SiteRun*> by_site;
   uint32_t group = 0;
   for (const auto& sl : plan->slices()) {
@@ -262,31 +313,46 @@ bool Coordinator::TryStart(JobRecord job, const std::vector<std::string>& unreac
   CrashPoint("coordinator-after-reserving");
 
   // Phase one, on every site at once: hold GPUs; rank 0's site also picks
-  // MASTER_PORT.
+  // MASTER_PORT; the tenant's home site holds quota (a request of its own
+  // when it runs no ranks: the last one).
   const int n = next.sites_size();
+  int quota_index = -1;
+  for (int i = 0; i < n; ++i) {
+    if (home && next.sites(i).site() == home->site) quota_index = i;
+  }
+  const bool quota_only = home && quota_index < 0;
+  if (quota_only) quota_index = n;
+  const int calls = n + (quota_only ? 1 : 0);
   const auto prepare_start = std::chrono::steady_clock::now();
   auto seconds_since = [](std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
   };
-  std::vector<v1::PrepareRequest> reqs(n);
-  std::vector<absl::StatusOr<v1::PrepareResponse>> answers(n, absl::UnknownError("no answer"));
+  std::vector<v1::PrepareRequest> reqs(calls);
+  std::vector<absl::StatusOr<v1::PrepareResponse>> answers(calls, absl::UnknownError("no answer"));
   Latch latch;
-  for (int i = 0; i < n; ++i) {
+  for (int i = 0; i < calls; ++i) {
     auto& req = reqs[i];
     *req.mutable_key() = Key(job, epoch);
     req.set_tenant(job.tenant);
     req.set_priority(job.spec.priority());
-    std::map<std::string, uint32_t> per_node;
-    for (const auto& r : next.sites(i).ranks()) per_node[r.node()]++;
-    for (const auto& [node, count] : per_node) {
-      auto* a = req.add_nodes();
-      a->set_node(node);
-      a->set_gpus(count);
+    if (i < n) {
+      std::map<std::string, uint32_t> per_node;
+      for (const auto& r : next.sites(i).ranks()) per_node[r.node()]++;
+      for (const auto& [node, count] : per_node) {
+        auto* a = req.add_nodes();
+        a->set_node(node);
+        a->set_gpus(count);
+      }
     }
+    if (i == quota_index) {
+      for (const auto& [model, g] : quota_gpus) (*req.mutable_quota_gpus())[model] = g;
+    }
+    req.set_preempt(preempt);
     req.set_hold_ttl_ms(kHoldTtlMs);
     req.set_pick_master_port(i == 0);
     latch.Add();
-    participants_->Prepare(next.sites(i).site(), req, reserve_timeout_ms(),
+    const std::string& to = i < n ? next.sites(i).site() : home->site;
+    participants_->Prepare(to, req, reserve_timeout_ms(),
                            [&answers, &latch, i](absl::StatusOr<v1::PrepareResponse> r) {
                              answers[i] = std::move(r);
                              latch.Done();
@@ -294,12 +360,27 @@ bool Coordinator::TryStart(JobRecord job, const std::vector<std::string>& unreac
   }
   latch.Wait();
   std::string failed;
+  // A quota refusal or a preemption in progress is the job's reason as is.
+  for (int i = 0; i < calls && failed.empty(); ++i) {
+    const auto& st = answers[i].status();
+    const std::string msg(st.message());
+    if (msg.rfind("waiting for quota", 0) == 0) failed = msg;
+    if (msg.rfind("preempting", 0) == 0) {
+      failed = StrCat("preempting at ", i < n ? next.sites(i).site() : home->site, ": ", msg);
+    }
+  }
+  if (quota_index >= 0 && answers[quota_index].ok()) {
+    next.set_borrowed(answers[quota_index]->quota_class() == "borrowed");
+  }
+  if (quota_only && failed.empty() && !answers[n].ok()) {
+    failed = StrCat("quota at home site ", home->site, ": ", answers[n].status().message());
+  }
   for (int i = 0; i < n && failed.empty(); ++i) {
     auto& site = *next.mutable_sites(i);
     absl::Status st = answers[i].status();
     if (st.ok()) st = CheckHolds(reqs[i], *answers[i]);
     if (!st.ok()) {
-      failed = StrCat(site.site(), ": ", st.message());
+      failed = StrCat("reservation failed at ", site.site(), ": ", st.message(), "; will retry");
       break;
     }
     if (i == 0) next.set_master_port(answers[i]->master_port());
@@ -314,14 +395,17 @@ bool Coordinator::TryStart(JobRecord job, const std::vector<std::string>& unreac
   if (on_phase_) on_phase_("prepare", failed.empty(), seconds_since(prepare_start));
   if (!failed.empty()) {
     if (on_reservation_end_) on_reservation_end_(false);
-    UndoReservation(job, StrCat("reservation failed at ", failed, "; will retry"));
+    // The holds just made belong to this attempt's run: undo them all.
+    job.run = next.SerializeAsString();
+    UndoReservation(job, failed);
     return false;
   }
   // The decision, durable before any commit. Losing the compare-and-set
   // means the job was cancelled while the sites prepared: release the holds
   // and start nothing.
   job.state = JobState::kRunning;
-  job.reason = StrCat("running on ", next.sites_size(), " site(s), attempt ", job.attempt);
+  job.reason = StrCat("running on ", next.sites_size(), " site(s), attempt ", job.attempt,
+                      next.borrowed() ? " (borrowed quota: preemptible)" : "");
   job.run = next.SerializeAsString();
   job.updated_at_unix_ms = core_->clock()->NowMs();
   if (!Save(&job)) {
@@ -339,7 +423,7 @@ bool Coordinator::TryStart(JobRecord job, const std::vector<std::string>& unreac
   std::vector<int> all(n);
   for (int i = 0; i < n; ++i) all[i] = i;
   const auto commit_start = std::chrono::steady_clock::now();
-  auto committed = CommitAll(job, next, all);
+  auto committed = CommitAll(job, next, all, true);
   if (on_phase_) on_phase_("commit", committed.ok(), seconds_since(commit_start));
   if (on_reservation_end_) on_reservation_end_(committed.ok());
   if (!committed.ok()) {
@@ -351,15 +435,19 @@ bool Coordinator::TryStart(JobRecord job, const std::vector<std::string>& unreac
 }
 
 absl::Status Coordinator::CommitAll(const JobRecord& job, const v1::RunPlan& run,
-                                    const std::vector<int>& which) {
-  std::vector<absl::StatusOr<v1::CommitResponse>> answers(which.size(),
+                                    const std::vector<int>& which, bool quota_site) {
+  // A home site that runs no ranks gets a commit of its quota hold alone.
+  std::vector<std::string> to;
+  for (int i : which) to.push_back(run.sites(i).site());
+  if (quota_site && !run.quota_site().empty() && QuotaOnly(run)) to.push_back(run.quota_site());
+  std::vector<absl::StatusOr<v1::CommitResponse>> answers(to.size(),
                                                           absl::UnknownError("no answer"));
   Latch latch;
-  for (size_t k = 0; k < which.size(); ++k) {
-    const auto& site = run.sites(which[k]);
+  for (size_t k = 0; k < to.size(); ++k) {
     v1::CommitRequest c;
     *c.mutable_key() = Key(job, run.epoch());
-    *c.mutable_ranks() = site.ranks();
+    if (k < which.size()) *c.mutable_ranks() = run.sites(which[k]).ranks();
+    c.set_preemptible(job.spec.priority() == "spot" || run.borrowed());
     c.set_world_size(run.world_size());
     c.set_master_addr(run.master_addr());
     c.set_master_port(run.master_port());
@@ -367,21 +455,28 @@ absl::Status Coordinator::CommitAll(const JobRecord& job, const v1::RunPlan& run
     *c.mutable_env() = job.spec.env();
     c.set_lease_ms(lease_ms_);
     latch.Add();
-    participants_->Commit(site.site(), std::move(c), reserve_timeout_ms(),
+    participants_->Commit(to[k], std::move(c), reserve_timeout_ms(),
                           [&answers, &latch, k](absl::StatusOr<v1::CommitResponse> r) {
                             answers[k] = std::move(r);
                             latch.Done();
                           });
   }
   latch.Wait();
-  for (size_t k = 0; k < which.size(); ++k) {
+  for (size_t k = 0; k < to.size(); ++k) {
     if (!answers[k].ok()) {
       return absl::Status(answers[k].status().code(),
-                          StrCat("commit failed at ", run.sites(which[k]).site(), ": ",
-                                 answers[k].status().message()));
+                          StrCat("commit failed at ", to[k], ": ", answers[k].status().message()));
     }
   }
   return absl::OkStatus();
+}
+
+bool Coordinator::QuotaOnly(const v1::RunPlan& run) {
+  if (run.quota_site().empty()) return false;
+  for (const auto& s : run.sites()) {
+    if (s.site() == run.quota_site()) return false;
+  }
+  return true;
 }
 
 void Coordinator::RenewLoop() {
@@ -409,9 +504,11 @@ void Coordinator::RenewPass() {
     auto w = std::make_unique<Work>();
     w->job = std::move(j);
     w->run.ParseFromString(w->job.run);
-    w->answers.assign(w->run.sites_size(), absl::UnavailableError("not asked: the site is down"));
-    for (int i = 0; i < w->run.sites_size(); ++i) {
-      const std::string& site = w->run.sites(i).site();
+    const int asked = w->run.sites_size() + (QuotaOnly(w->run) ? 1 : 0);
+    w->answers.assign(asked, absl::UnavailableError("not asked: the site is down"));
+    for (int i = 0; i < asked; ++i) {
+      const std::string& site =
+          i < w->run.sites_size() ? w->run.sites(i).site() : w->run.quota_site();
       if (down.contains(site)) continue;
       v1::SliceStatusRequest req;
       *req.mutable_key() = Key(w->job, w->run.epoch());
@@ -444,6 +541,37 @@ void Coordinator::Judge(JobRecord job, const v1::RunPlan& run,
   auto& seen = last_ok_[job.id];
   int succeeded = 0;
   std::vector<int> recommit;
+  // The hard time_limit, from the reservation's epoch (when it was placed).
+  if (auto limit = federation::ParseDurationMs(job.spec.time_limit());
+      limit.ok() && !job.spec.time_limit().empty() &&
+      now - static_cast<int64_t>(run.epoch()) > *limit) {
+    StopRun(job, StrCat("ran past its time_limit of ", job.spec.time_limit()),
+            core_->config().preemption_grace_ms);
+    RecordUsage(job, run, now);
+    job.state = JobState::kFailed;
+    job.reason = StrCat("stopped: attempt ", job.attempt, " ran past its time_limit of ",
+                        job.spec.time_limit());
+    job.updated_at_unix_ms = now;
+    if (Save(&job)) spdlog::warn("job {}: {}", job.id, job.reason);
+    last_ok_.erase(job.id);
+    return;
+  }
+  // The home site's quota hold, when it runs no ranks: it only has to stay
+  // held. A home site that is down keeps it (restored at its restart); one
+  // that says it is gone means the job runs without quota: run it again.
+  if (QuotaOnly(run) && answers.size() > static_cast<size_t>(run.sites_size())) {
+    const auto& q = answers.back();
+    if (q.ok() && q->state() == v1::SliceStatusResponse::UNKNOWN) {
+      Fail(job, run, StrCat("the quota hold at home site ", run.quota_site(), " was lost"), "");
+      return;
+    }
+    if (q.ok() && q->state() == v1::SliceStatusResponse::HELD) {
+      if (auto c = CommitAll(job, run, {}, true); !c.ok()) {
+        Fail(job, run, std::string(c.message()), "");
+        return;
+      }
+    }
+  }
   for (int i = 0; i < run.sites_size(); ++i) {
     const std::string& site = run.sites(i).site();
     if (!seen.contains(site)) seen[site] = now;  // first sight, e.g. after a restart
@@ -471,6 +599,9 @@ void Coordinator::Judge(JobRecord job, const v1::RunPlan& run,
       recommit.push_back(i);
     } else if (state == v1::SliceStatusResponse::SUCCEEDED) {
       ++succeeded;
+    } else if (state == v1::SliceStatusResponse::FAILED && !st->preempted_by().empty()) {
+      Preempted(job, run, site, st->preempted_by());
+      return;
     } else if (state == v1::SliceStatusResponse::FAILED ||
                state == v1::SliceStatusResponse::UNKNOWN) {
       std::string codes;
@@ -489,13 +620,14 @@ void Coordinator::Judge(JobRecord job, const v1::RunPlan& run,
     }
   }
   if (!recommit.empty()) {
-    if (auto c = CommitAll(job, run, recommit); !c.ok()) {
+    if (auto c = CommitAll(job, run, recommit, false); !c.ok()) {
       Fail(job, run, std::string(c.message()), "");
       return;
     }
   }
   if (succeeded == run.sites_size()) {
     RecordUsage(job, run, now);
+    ReleaseQuota(job, run, "the job succeeded");
     job.state = JobState::kSucceeded;
     job.reason = StrCat("all ", run.world_size(), " rank(s) exited 0 on ", run.sites_size(),
                         " site(s)");
@@ -511,6 +643,21 @@ void Coordinator::RecordUsage(const JobRecord& job, const v1::RunPlan& run, int6
   share_.Add(job.tenant, job.spec.gpus() * (ran_ms / 1000.0), now_ms);
 }
 
+void Coordinator::Preempted(JobRecord job, const v1::RunPlan& run, const std::string& site,
+                            const std::string& by) {
+  const std::string why = StrCat("preempted by ", by, " at ", site);
+  StopRun(job, why);
+  RecordUsage(job, run, core_->clock()->NowMs());
+  v1::RunPlan next = run;
+  next.set_preemptions(run.preemptions() + 1);
+  job.run = next.SerializeAsString();
+  job.updated_at_unix_ms = core_->clock()->NowMs();
+  job.state = JobState::kPending;
+  job.reason = StrCat(why, "; will run again (preemption does not count against max_attempts)");
+  if (Save(&job)) spdlog::warn("job {}: {}", job.id, job.reason);
+  last_ok_.erase(job.id);
+}
+
 void Coordinator::Fail(JobRecord job, const v1::RunPlan& run, const std::string& reason,
                        const std::string& bad_site) {
   StopRun(job, reason);
@@ -520,7 +667,8 @@ void Coordinator::Fail(JobRecord job, const v1::RunPlan& run, const std::string&
   job.run = next.SerializeAsString();
   job.updated_at_unix_ms = core_->clock()->NowMs();
   const uint32_t max_attempts = std::max<uint32_t>(1, job.spec.max_attempts());
-  if (job.attempt >= max_attempts) {
+  // Attempts ended by preemption are not the job's fault.
+  if (job.attempt >= max_attempts + run.preemptions()) {
     job.state = JobState::kFailed;
     job.reason = StrCat("attempt ", job.attempt, " of ", max_attempts, " failed: ", reason);
   } else {
@@ -532,15 +680,35 @@ void Coordinator::Fail(JobRecord job, const v1::RunPlan& run, const std::string&
   last_ok_.erase(job.id);
 }
 
-void Coordinator::StopRun(const JobRecord& job, const std::string& reason) {
+void Coordinator::ReleaseQuota(const JobRecord& job, const v1::RunPlan& run,
+                               const std::string& why) {
+  if (!QuotaOnly(run)) return;  // else the slice's site releases it with the slice
+  v1::AbortRequest a;
+  *a.mutable_key() = Key(job, run.epoch());
+  a.set_reason(why);
+  participants_->Abort(run.quota_site(), std::move(a), rpc_timeout_ms(),
+                       [id = job.id, s = run.quota_site()](absl::StatusOr<v1::AbortResponse> r) {
+                         if (!r.ok()) {
+                           spdlog::warn("job {}: releasing its quota at {} failed: {} (its lease "
+                                        "will release it)",
+                                        id, s, std::string(r.status().message()));
+                         }
+                       });
+}
+
+void Coordinator::StopRun(const JobRecord& job, const std::string& reason, int64_t grace_ms) {
   v1::RunPlan run;
   if (job.run.empty() || !run.ParseFromString(job.run)) return;
-  for (const auto& site : run.sites()) {
+  std::vector<std::string> sites;
+  for (const auto& site : run.sites()) sites.push_back(site.site());
+  if (QuotaOnly(run)) sites.push_back(run.quota_site());
+  for (const auto& site : sites) {
     v1::AbortRequest a;
     *a.mutable_key() = Key(job, run.epoch());
     a.set_reason(reason);
-    participants_->Abort(site.site(), std::move(a), rpc_timeout_ms(),
-                         [id = job.id, s = site.site()](absl::StatusOr<v1::AbortResponse> r) {
+    a.set_grace_ms(grace_ms);
+    participants_->Abort(site, std::move(a), rpc_timeout_ms(),
+                         [id = job.id, s = site](absl::StatusOr<v1::AbortResponse> r) {
                            if (!r.ok()) {
                              spdlog::warn("job {}: abort at {} failed: {} (its lease will stop it)",
                                           id, s, std::string(r.status().message()));

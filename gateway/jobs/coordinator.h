@@ -42,7 +42,7 @@ class Coordinator {
 
   // Stops the job's slices everywhere (cancel); returns without waiting for
   // the sites: a silent site's lease stops its slice anyway.
-  void StopRun(const JobRecord& job, const std::string& reason);
+  void StopRun(const JobRecord& job, const std::string& reason, int64_t grace_ms = 0);
   // Reads a chunk of a rank's log from the site that runs it. The async form
   // calls `done` exactly once, possibly on the caller's thread.
   void ReadLogAsync(const JobRecord& job, const v1::ReadLogRequest& req,
@@ -93,8 +93,17 @@ class Coordinator {
   void UndoReservation(JobRecord job, const std::string& why);
   void Judge(JobRecord job, const v1::RunPlan& run,
              const std::vector<absl::StatusOr<v1::SliceStatusResponse>>& answers, int64_t now);
+  // Commits the sites `which` (indices into run.sites) and, with
+  // `quota_site`, the tenant's home site when it runs no ranks.
   absl::Status CommitAll(const JobRecord& job, const v1::RunPlan& run,
-                         const std::vector<int>& which);
+                         const std::vector<int>& which, bool quota_site);
+  // The run holds quota at a home site that runs none of its ranks.
+  static bool QuotaOnly(const v1::RunPlan& run);
+  void ReleaseQuota(const JobRecord& job, const v1::RunPlan& run, const std::string& why);
+  // A slice was preempted: the job waits again, and this attempt does not
+  // count against max_attempts.
+  void Preempted(JobRecord job, const v1::RunPlan& run, const std::string& site,
+                 const std::string& by);
   void Fail(JobRecord job, const v1::RunPlan& run, const std::string& reason,
             const std::string& bad_site);
   // The compare-and-set write; false (logged) when the job moved meanwhile.

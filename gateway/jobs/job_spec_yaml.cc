@@ -60,7 +60,7 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, const std::str
     if (!root.IsMap()) Fail(src, root, "a job spec must be a mapping of fields");
     static const std::set<std::string> kKeys = {
         "name", "gpus", "gpu_models", "min_gpu_memory_gib", "max_sites", "min_gpus_per_site",
-        "min_link_gbps", "allowed_sites", "avoided_sites", "priority", "estimated_duration",
+        "min_link_gbps", "allowed_sites", "avoided_sites", "priority", "estimated_duration", "time_limit",
         "max_attempts", "command", "env"};
     v1::JobSpec spec;
     for (auto it = root.begin(); it != root.end(); ++it) {
@@ -91,6 +91,8 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, const std::str
         spec.set_priority(Get<std::string>(src, v, key, "a string"));
       } else if (key == "estimated_duration") {
         spec.set_estimated_duration(Get<std::string>(src, v, key, "a duration string"));
+      } else if (key == "time_limit") {
+        spec.set_time_limit(Get<std::string>(src, v, key, "a duration string"));
       } else if (key == "max_attempts") {
         spec.set_max_attempts(Count(src, v, key));
         if (spec.max_attempts() == 0) Fail(src, v, "max_attempts must be >= 1");

@@ -22,6 +22,7 @@
 
 #include "federation/clock.h"
 #include "federation/names.h"
+#include "federation/preemption.h"
 #include "federation/saturating.h"
 #include "base/str_cat.h"
 #include "gateway/jobs/crash_point.h"
@@ -140,6 +141,7 @@ void Participant::CleanUpAfterRestart() {
 Participant::~Participant() { Stop(); }
 
 void Participant::Start() {
+  LoadQuotas();
   CleanUpAfterRestart();
   sweeper_ = std::thread([this] {
     int64_t next_retention = 0;
@@ -215,6 +217,144 @@ uint32_t Participant::LatestAttempt(const std::string& dir) {
 
 std::string Participant::LogPath(const std::string& job, uint32_t attempt, uint32_t rank) const {
   return StrCat(config_.data_dir, "/jobs/", job, "/attempt-", attempt, "/rank-", rank, ".log");
+}
+
+namespace {
+constexpr const char* kQuotasKey = "quotas";
+constexpr const char* kQuotaHoldsKey = "quota_holds";
+}  // namespace
+
+void Participant::LoadQuotas() {
+  std::lock_guard lock(mu_);
+  for (const auto& q : config_.tenants) (void)quota_.SetQuota(q);
+  if (store_ == nullptr) return;
+  // Quotas set with `fedctl quota set` override the config file's.
+  if (auto v = store_->GetKv(kQuotasKey); v.ok() && v->has_value()) {
+    v1::QuotasResponse stored;
+    if (stored.ParseFromString(**v)) {
+      for (const auto& t : stored.quotas()) {
+        federation::TenantQuota q{t.tenant(), t.gpus(), {t.models().begin(), t.models().end()},
+                                  t.borrow(), t.weight() > 0 ? t.weight() : 1};
+        if (auto st = quota_.SetQuota(q); !st.ok()) {
+          spdlog::error("stored quota of tenant {} ignored: {}", t.tenant(), std::string(st.message()));
+        }
+      }
+    }
+  }
+  // Quota holds survive a restart: forgetting them would over-admit. Each
+  // gets a fresh lease, so its coordinator's renewals can find it again.
+  if (auto v = store_->GetKv(kQuotaHoldsKey); v.ok() && v->has_value()) {
+    v1::QuotaHoldRecords recs;
+    if (recs.ParseFromString(**v)) {
+      const int64_t fresh = federation::SatAdd(clock_->NowMs(), 2 * config_.jobs_lease_ms);
+      for (const auto& r : recs.holds()) {
+        federation::QuotaHold h;
+        h.job_id = r.key().job_id();
+        h.attempt = r.key().attempt();
+        h.epoch = r.key().epoch();
+        h.coordinator = r.coordinator();
+        h.tenant = r.tenant();
+        h.gpus = {r.gpus().begin(), r.gpus().end()};
+        h.cls = r.borrowed() ? federation::QuotaClass::kBorrowed : federation::QuotaClass::kGuaranteed;
+        h.committed = r.committed();
+        h.expires_at_ms = std::max(r.expires_at_unix_ms(), fresh);
+        quota_.Restore(h);
+      }
+      if (recs.holds_size() > 0) spdlog::info("restored {} quota hold(s)", recs.holds_size());
+    }
+  }
+  for (const auto& [t, q] : quota_.quotas()) {
+    spdlog::info("governing tenant {}: {} GPU(s), borrow {}", t, q.gpus, q.borrow);
+  }
+}
+
+void Participant::PersistQuotaHoldsLocked() {
+  if (store_ == nullptr) return;
+  v1::QuotaHoldRecords recs;
+  for (const auto& [k, h] : quota_.holds()) {
+    auto* r = recs.add_holds();
+    r->mutable_key()->set_job_id(h.job_id);
+    r->mutable_key()->set_attempt(h.attempt);
+    r->mutable_key()->set_epoch(h.epoch);
+    r->set_coordinator(h.coordinator);
+    r->set_tenant(h.tenant);
+    for (const auto& [m, g] : h.gpus) (*r->mutable_gpus())[m] = g;
+    r->set_borrowed(h.cls == federation::QuotaClass::kBorrowed);
+    r->set_committed(h.committed);
+    r->set_expires_at_unix_ms(h.expires_at_ms);
+  }
+  if (auto st = store_->PutKv(kQuotaHoldsKey, recs.SerializeAsString()); !st.ok()) {
+    spdlog::error("cannot store quota holds: {}", std::string(st.message()));
+  }
+}
+
+v1::TenantQuota Participant::QuotaViewLocked(const federation::TenantQuota& q) const {
+  v1::TenantQuota v;
+  v.set_tenant(q.tenant);
+  v.set_home(config_.site);
+  v.set_gpus(q.gpus);
+  for (const auto& [m, g] : q.models) (*v.mutable_models())[m] = g;
+  v.set_borrow(q.borrow);
+  v.set_weight(q.weight);
+  const auto use = quota_.Use(q.tenant);
+  v.set_used_gpus(use.guaranteed);
+  v.set_borrowed_gpus(use.borrowed);
+  return v;
+}
+
+std::vector<v1::TenantQuota> Participant::Quotas() {
+  std::lock_guard lock(mu_);
+  std::vector<v1::TenantQuota> out;
+  for (const auto& [t, q] : quota_.quotas()) out.push_back(QuotaViewLocked(q));
+  return out;
+}
+
+absl::StatusOr<v1::TenantQuota> Participant::SetQuota(const federation::TenantQuota& q) {
+  if (auto st = federation::ValidateQuota(q); !st.ok()) return st;
+  if (!federation::IsValidName(q.tenant)) {
+    return absl::InvalidArgumentError(StrCat("invalid tenant name \"", q.tenant.substr(0, 64), "\""));
+  }
+  v1::TenantQuota view;
+  {
+    std::lock_guard lock(mu_);
+    federation::QuotaLedger next = quota_;
+    (void)next.SetQuota(q);
+    v1::QuotasResponse all;
+    for (const auto& [t, tq] : next.quotas()) {
+      auto* v = all.add_quotas();
+      v->set_tenant(tq.tenant);
+      v->set_gpus(tq.gpus);
+      for (const auto& [m, g] : tq.models) (*v->mutable_models())[m] = g;
+      v->set_borrow(tq.borrow);
+      v->set_weight(tq.weight);
+    }
+    // Durable first, like a cordon: a restart must not forget it.
+    if (store_ != nullptr) {
+      if (auto st = store_->PutKv(kQuotasKey, all.SerializeAsString()); !st.ok()) return st;
+    }
+    (void)quota_.SetQuota(q);
+    view = QuotaViewLocked(q);
+  }
+  spdlog::info("quota of tenant {} set: {} GPU(s), borrow {}", q.tenant, q.gpus, q.borrow);
+  if (on_change_) on_change_();
+  return view;
+}
+
+federation::NodeExtras Participant::NodeExtras() {
+  std::lock_guard lock(mu_);
+  const int64_t now = clock_->NowMs();
+  federation::NodeExtras out;
+  for (const auto& [key, s] : slices_) {
+    if (!s.preemptible || s.stopping || s.state != SliceState::RUNNING ||
+        now - s.started_at_ms < config_.preemption_min_runtime_ms) {
+      continue;
+    }
+    for (const auto& [node, g] : s.gpus_by_node) out[node].preemptible += g;
+  }
+  for (const auto& [node, jobs] : ledger_.earmarks()) {
+    for (const auto& [job, mark] : jobs) out[node].kept_for[job] = mark.first;
+  }
+  return out;
 }
 
 std::map<std::string, uint32_t> Participant::FreeGpus() {
@@ -378,24 +518,70 @@ absl::StatusOr<v1::PrepareResponse> Participant::Prepare(const std::string& from
   if (auto st = CheckJobId(key.job_id()); !st.ok()) return st;
   std::vector<federation::NodeRequest> want;
   for (const auto& n : req.nodes()) want.push_back({n.node(), n.gpus()});
+  std::map<std::string, uint32_t> quota_gpus;
+  for (const auto& [model, n] : req.quota_gpus()) {
+    if (n == 0 || n > kMaxWorldSize) {
+      return absl::InvalidArgumentError(StrCat("quota_gpus.", model.substr(0, 64), " out of range"));
+    }
+    quota_gpus[model] = n;
+  }
+  const int64_t ttl = federation::ClampMs(req.hold_ttl_ms(), kMinHoldTtlMs, kMaxHoldTtlMs);
   v1::PrepareResponse resp;
+  absl::Status preempting;  // not OK when victims are being stopped for this job
+  bool quota_changed = false;  // a quota-only prepare (the tenant's home site)
   {
     std::lock_guard lock(mu_);
+    const int64_t now = clock_->NowMs();
+    if (!quota_gpus.empty()) {
+      // The tenant's quota first: this site is its home.
+      auto q = quota_.Prepare(key.job_id(), key.attempt(), key.epoch(), from, req.tenant(),
+                              quota_gpus, now, ttl);
+      if (!q.ok()) return q.status();
+      resp.set_quota_class(federation::QuotaClassName(q->cls));
+      if (want.empty()) {
+        PersistQuotaHoldsLocked();
+        quota_changed = true;
+        spdlog::info("job {} attempt {} epoch {}: holding {} GPU(s) of tenant {}'s quota ({})",
+                     key.job_id(), key.attempt(), key.epoch(), q->total(), req.tenant(),
+                     resp.quota_class());
+      }
+    }
+  }
+  if (quota_changed) {
+    if (on_change_) on_change_();  // the home site's ad carries the tenant's use
+    return resp;
+  }
+  {
+    std::lock_guard lock(mu_);
+    const int64_t now = clock_->NowMs();
     std::vector<federation::ReservationLedger::HoldKey> stopped;
-    auto hold = ledger_.Prepare(
-        key.job_id(), key.attempt(), key.epoch(), {from, req.tenant(), req.priority()}, want, clock_->NowMs(),
-        federation::ClampMs(req.hold_ttl_ms(), kMinHoldTtlMs, kMaxHoldTtlMs), &stopped);
-    if (!hold.ok()) return hold.status();
-    // A newer epoch proves its coordinator moved on from older slices.
-    for (const auto& k : stopped) {
-      auto it = slices_.find(k);
-      if (it != slices_.end()) StopSliceLocked(&it->second, "replaced by a newer attempt");
+    auto hold = ledger_.Prepare(key.job_id(), key.attempt(), key.epoch(),
+                                {from, req.tenant(), req.priority()}, want, now, ttl, &stopped);
+    if (!quota_gpus.empty()) {
+      if (!hold.ok()) (void)quota_.Abort(key.job_id(), key.epoch(), from);
+      PersistQuotaHoldsLocked();
     }
-    for (const auto& g : hold->gpus) {
-      auto* h = resp.add_holds();
-      h->set_node(g.node);
-      for (uint32_t i : g.indices) h->add_indices(i);
+    if (!hold.ok() && !(req.preempt() && absl::IsResourceExhausted(hold.status()))) {
+      return hold.status();
     }
+    if (!hold.ok()) {
+      preempting = PreemptLocked(key.job_id(), want, hold.status());
+    } else {
+      // A newer epoch proves its coordinator moved on from older slices.
+      for (const auto& k : stopped) {
+        auto it = slices_.find(k);
+        if (it != slices_.end()) StopSliceLocked(&it->second, "replaced by a newer attempt");
+      }
+      for (const auto& g : hold->gpus) {
+        auto* h = resp.add_holds();
+        h->set_node(g.node);
+        for (uint32_t i : g.indices) h->add_indices(i);
+      }
+    }
+  }
+  if (!preempting.ok()) {
+    if (on_change_) on_change_();  // victims leave the preemptible count
+    return preempting;
   }
   if (req.pick_master_port()) resp.set_master_port(PickFreePort());
   CrashPoint("participant-after-prepare");
@@ -403,6 +589,70 @@ absl::StatusOr<v1::PrepareResponse> Participant::Prepare(const std::string& from
                key.epoch(), from);
   if (on_change_) on_change_();
   return resp;
+}
+
+absl::Status Participant::PreemptLocked(const std::string& job_id,
+                                        const std::vector<federation::NodeRequest>& want,
+                                        const absl::Status& refused) {
+  const int64_t now = clock_->NowMs();
+  std::map<std::string, uint32_t> asked, deficit;
+  for (const auto& w : want) asked[w.node] += w.gpus;
+  size_t waiting = 0;
+  for (const auto& [node, n] : asked) {
+    // GPUs this job will have once the victims it already chose have exited.
+    uint32_t coming = 0;
+    for (const auto& [key, s] : slices_) {
+      if (s.preempted_by != job_id || s.released) continue;
+      auto g = s.gpus_by_node.find(node);
+      if (g != s.gpus_by_node.end()) {
+        coming += g->second;
+        ++waiting;
+      }
+    }
+    const uint32_t have = ledger_.FreeGpusFor(node, job_id) + coming;
+    if (n > have) deficit[node] = n - have;
+  }
+  const int64_t keep_until = federation::SatAdd(now, config_.preemption_grace_ms + 60'000);
+  if (deficit.empty()) {
+    for (const auto& [node, n] : asked) ledger_.Earmark(job_id, node, n, keep_until);
+    return absl::UnavailableError(StrCat("preempting: waiting for ", waiting,
+                                         " preempted slice(s) to stop; their GPUs are kept for job ",
+                                         job_id));
+  }
+  std::vector<federation::VictimCandidate> candidates;
+  std::map<std::string, SliceKey> by_id;
+  for (const auto& [key, s] : slices_) {
+    if (!s.preemptible || s.stopping || s.state != SliceState::RUNNING || key.first == job_id ||
+        now - s.started_at_ms < config_.preemption_min_runtime_ms) {
+      continue;
+    }
+    uint32_t gpus = 0;
+    for (const auto& [node, g] : s.gpus_by_node) gpus += g;
+    const std::string id = StrCat(key.first, "@", key.second);
+    candidates.push_back({id, s.gpus_by_node, gpus * (now - s.started_at_ms) / 1000.0});
+    by_id[id] = key;
+  }
+  auto victims = federation::ChooseVictims(candidates, deficit);
+  if (!victims) {
+    return absl::ResourceExhaustedError(
+        StrCat(refused.message(), " (", candidates.size(),
+               " preemptible slice(s) here do not free enough)"));
+  }
+  const int64_t deadline_s = (now + config_.preemption_grace_ms) / 1000;
+  std::string names;
+  for (const auto& id : *victims) {
+    Slice& v = slices_.at(by_id.at(id));
+    // The deadline first, then SIGTERM: a rank that traps it can read it.
+    for (const auto& f : v.preempt_files) std::ofstream(f, std::ios::trunc) << deadline_s << "\n";
+    v.preempted_by = job_id;
+    StopSliceLocked(&v, StrCat("preempted by ", job_id), config_.preemption_grace_ms);
+    names += StrCat(names.empty() ? "" : ", ", v.key.job_id());
+  }
+  for (const auto& [node, n] : asked) ledger_.Earmark(job_id, node, n, keep_until);
+  spdlog::info("job {}: preempting {} slice(s) here ({}); SIGKILL after {} ms", job_id,
+               victims->size(), names, config_.preemption_grace_ms);
+  return absl::UnavailableError(StrCat("preempting ", victims->size(), " slice(s) (", names,
+                                       "); their GPUs are kept for job ", job_id));
 }
 
 absl::StatusOr<v1::CommitResponse> Participant::Commit(const std::string& from,
@@ -424,6 +674,17 @@ absl::StatusOr<v1::CommitResponse> Participant::Commit(const std::string& from,
   }
   std::lock_guard lock(mu_);
   if (auto st = ledger_.CheckOwner(key.job_id(), from); !st.ok()) return st;
+  if (quota_.Find(key.job_id(), key.epoch()) != nullptr) {
+    // The tenant's home site: from now on the quota hold lives on its lease.
+    auto q = quota_.Commit(key.job_id(), key.attempt(), key.epoch(), from, clock_->NowMs(),
+                           federation::ClampMs(req.lease_ms(), kMinLeaseMs, kMaxLeaseMs));
+    if (!q.ok()) return q.status();
+    PersistQuotaHoldsLocked();
+    if (req.ranks_size() == 0) return v1::CommitResponse();  // quota only
+  } else if (req.ranks_size() == 0) {
+    return absl::NotFoundError(
+        StrCat("no live quota hold of job ", key.job_id(), " at epoch ", key.epoch()));
+  }
   if (slices_.contains({key.job_id(), key.epoch()})) {
     return v1::CommitResponse();  // a duplicate commit: already running
   }
@@ -468,6 +729,9 @@ absl::StatusOr<v1::CommitResponse> Participant::Commit(const std::string& from,
   for (const auto& n : config_.nodes) node_addr[n.name] = n.address;
   Slice s;
   s.key = key;
+  s.preemptible = req.preemptible();
+  s.started_at_ms = clock_->NowMs();
+  for (const auto& g : hold->gpus) s.gpus_by_node[g.node] += g.indices.size();
   s.lease_ms = federation::ClampMs(req.lease_ms(), kMinLeaseMs, kMaxLeaseMs);
   s.lease_deadline_ms = federation::SatAdd(clock_->NowMs(), s.lease_ms);
   std::vector<std::pair<std::string, std::string>> base;
@@ -487,8 +751,12 @@ absl::StatusOr<v1::CommitResponse> Participant::Commit(const std::string& from,
     env.emplace_back("FEDGATE_SITE", config_.site);
     env.emplace_back("FEDGATE_ATTEMPT", std::to_string(key.attempt()));
     env.emplace_back("FEDGATE_NODE_ADDR", node_addr[r.node()]);
-    RankProcessSpec spec{{req.command().begin(), req.command().end()}, MergeEnv(env),
-                         LogPath(key.job_id(), key.attempt(), r.rank())};
+    // Written with the deadline (Unix seconds) before a preemption's SIGTERM.
+    const std::string log = LogPath(key.job_id(), key.attempt(), r.rank());
+    const std::string preempt_file = log.substr(0, log.size() - 4) + ".preempt";
+    env.emplace_back("FEDGATE_PREEMPT_FILE", preempt_file);
+    s.preempt_files.push_back(preempt_file);
+    RankProcessSpec spec{{req.command().begin(), req.command().end()}, MergeEnv(env), log};
     auto pid = exec_.Launch(spec);
     RankProc p;
     p.rank = r.rank();
@@ -541,7 +809,7 @@ absl::StatusOr<v1::CommitResponse> Participant::Commit(const std::string& from,
   return v1::CommitResponse();
 }
 
-void Participant::StopSliceLocked(Slice* s, const std::string& why) {
+void Participant::StopSliceLocked(Slice* s, const std::string& why, int64_t grace_ms) {
   if (s->stopping) return;
   s->stopping = true;
   s->message = why;
@@ -550,7 +818,7 @@ void Participant::StopSliceLocked(Slice* s, const std::string& why) {
   for (auto& r : s->ranks) {
     if (!r.exited) exec_.Signal(r.pid, SIGTERM);
   }
-  s->kill_at_ms = federation::SatAdd(clock_->NowMs(), kKillGraceMs);
+  s->kill_at_ms = federation::SatAdd(clock_->NowMs(), grace_ms > 0 ? grace_ms : kKillGraceMs);
   spdlog::info("job {}: stopping its ranks here: {}", s->key.job_id(), why);
 }
 
@@ -560,12 +828,16 @@ absl::StatusOr<v1::AbortResponse> Participant::Abort(const std::string& from,
   if (auto st = CheckJobId(key.job_id()); !st.ok()) return st;
   {
     std::lock_guard lock(mu_);
+    const bool quota_held = !quota_.holds().empty();
+    if (auto st = quota_.Abort(key.job_id(), key.epoch(), from); !st.ok()) return st;
+    if (quota_held) PersistQuotaHoldsLocked();
     auto stopping = ledger_.Abort(key.job_id(), key.attempt(), key.epoch(), from);
     if (!stopping.ok()) return stopping.status();
+    const int64_t grace = federation::ClampMs(req.grace_ms(), 0, 10 * 60 * 1000);
     for (const auto& k : *stopping) {
       auto it = slices_.find(k);
       if (it != slices_.end()) {
-        StopSliceLocked(&it->second, StrCat("aborted: ", req.reason().substr(0, 512)));
+        StopSliceLocked(&it->second, StrCat("aborted: ", req.reason().substr(0, 512)), grace);
       }
     }
   }
@@ -580,10 +852,20 @@ absl::StatusOr<v1::SliceStatusResponse> Participant::Status(const std::string& f
   std::lock_guard lock(mu_);
   if (auto st = ledger_.CheckOwner(req.key().job_id(), from); !st.ok()) return st;
   auto it = slices_.find({req.key().job_id(), req.key().epoch()});
+  // A quota hold (this site is the tenant's home) lives on the same lease.
+  const federation::QuotaHold* quota =
+      quota_.Renew(req.key().job_id(), req.key().epoch(), clock_->NowMs(),
+                   federation::ClampMs(req.lease_ms(), kMinLeaseMs, kMaxLeaseMs));
   if (it == slices_.end()) {
-    resp.set_state(ledger_.Find(req.key().job_id(), req.key().epoch()) != nullptr
-                       ? SliceState::HELD
-                       : SliceState::UNKNOWN);
+    if (ledger_.Find(req.key().job_id(), req.key().epoch()) != nullptr) {
+      resp.set_state(SliceState::HELD);
+    } else if (quota != nullptr) {
+      resp.set_state(quota->committed ? SliceState::RUNNING : SliceState::HELD);
+      resp.set_message(StrCat("holds ", quota->total(), " GPU(s) of tenant ", quota->tenant,
+                              "'s quota (", federation::QuotaClassName(quota->cls), ")"));
+    } else {
+      resp.set_state(SliceState::UNKNOWN);
+    }
     return resp;
   }
   Slice& s = it->second;
@@ -593,6 +875,7 @@ absl::StatusOr<v1::SliceStatusResponse> Participant::Status(const std::string& f
   }
   resp.set_state(s.state);
   resp.set_message(s.message);
+  resp.set_preempted_by(s.preempted_by);
   if (s.released) s.reported = true;  // the coordinator has its final state
   for (const auto& r : s.ranks) {
     if (r.exited) (*resp.mutable_exit_codes())[r.rank] = r.code;
@@ -648,6 +931,14 @@ void Participant::Sweep() {
     std::lock_guard lock(mu_);
     const int64_t now = clock_->NowMs();
     if (!ledger_.ExpireHolds(now).empty()) changed = true;
+    if (auto lapsed = quota_.Expire(now); !lapsed.empty()) {
+      for (const auto& [job, epoch] : lapsed) {
+        spdlog::info("job {} epoch {}: quota hold released (prepare or lease lapsed)", job, epoch);
+      }
+      PersistQuotaHoldsLocked();
+      changed = true;
+    }
+    quota_.Prune(federation::SatSub(now, kFinishedSliceKeepMs));
     for (auto it = slices_.begin(); it != slices_.end();) {
       Slice& s = it->second;
       const std::string& job = s.key.job_id();

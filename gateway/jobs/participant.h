@@ -14,10 +14,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "federation/capacity_view.h"
+#include "federation/quota.h"
 #include "federation/reservation.h"
 #include "federation/usage.h"
 #include "fedgate/v1/admin.pb.h"
 #include "fedgate/v1/federation.pb.h"
+#include "fedgate/v1/jobs.pb.h"
 #include "gateway/app/config.h"
 #include "gateway/exec/process_executor.h"
 
@@ -94,6 +97,14 @@ class Participant {
 
   // Free GPUs per node right now (total minus held, running and unhealthy).
   std::map<std::string, uint32_t> FreeGpus();
+  // What the ad says of each node besides free GPUs: GPUs a guaranteed job
+  // may preempt, and GPUs being freed for preemptors (by job).
+  federation::NodeExtras NodeExtras();
+
+  // Quotas of the tenants whose home is this site, with their use now.
+  std::vector<v1::TenantQuota> Quotas();
+  // Sets a tenant's quota here (stored, so it outlives a restart).
+  absl::StatusOr<v1::TenantQuota> SetQuota(const federation::TenantQuota& q);
 
  private:
   struct RankProc {
@@ -111,6 +122,11 @@ class Participant {
     std::string message;
     bool stopping = false;
     int64_t kill_at_ms = 0;
+    bool preemptible = false;  // spot or borrowed
+    int64_t started_at_ms = 0;
+    std::map<std::string, uint32_t> gpus_by_node;
+    std::string preempted_by;  // the job that preempted it
+    std::vector<std::string> preempt_files;
     bool released = false;    // every rank exited and the hold's GPUs are free
     bool reported = false;    // ... and its coordinator has asked since
     int64_t ended_at_ms = 0;  // when released; finished slices are pruned later
@@ -119,7 +135,15 @@ class Participant {
   void CleanUpAfterRestart();
   v1::NodeView NodeLocked(const federation::Node& n) const;
   const federation::Node* FindNode(const std::string& name) const;
-  void StopSliceLocked(Slice* s, const std::string& why);
+  void StopSliceLocked(Slice* s, const std::string& why, int64_t grace_ms = 0);
+  // For a guaranteed job that found too few free GPUs: stops the cheapest
+  // preemptible slices covering what it lacks and keeps their GPUs for it.
+  // The refusal to return (UNAVAILABLE "preempting ...", or the original).
+  absl::Status PreemptLocked(const std::string& job_id, const std::vector<federation::NodeRequest>& want,
+                             const absl::Status& refused);
+  v1::TenantQuota QuotaViewLocked(const federation::TenantQuota& q) const;
+  void LoadQuotas();
+  void PersistQuotaHoldsLocked();
   std::string LogPath(const std::string& job, uint32_t attempt, uint32_t rank) const;
   absl::Status WriteLogOwner(const std::string& job, const std::string& from);
   static uint32_t LatestAttempt(const std::string& job_dir);
@@ -131,6 +155,7 @@ class Participant {
   ProcessExecutor exec_;
   std::mutex mu_;
   federation::ReservationLedger ledger_;
+  federation::QuotaLedger quota_;
   std::map<SliceKey, Slice> slices_;
   std::function<void()> on_change_;
   std::function<void(const std::vector<federation::UsageRecord>&)> on_usage_;

@@ -229,8 +229,11 @@ absl::Status GatewayCore::Tick() {
       seq_ = next;
       auto ad = federation::MakeOwnAd(config_.site, inventory_->Nodes(), seq_, clock_->NowMs(),
                                       config_.advertise_ttl_ms, config_.advertise_interval_ms,
-                                      LocalFree());
+                                      LocalFree(), LocalExtras());
       for (const auto& [to, link] : own_links_) *ad.add_links() = link;
+      if (tenants_fn_) {
+        for (auto& t : tenants_fn_()) *ad.add_tenants() = std::move(t);
+      }
       ads_.Publish(ad);
       metrics_->Inc("fedgate_ads_issued_total");
     }
@@ -292,12 +295,63 @@ v1::ListLinksResponse GatewayCore::ListLinks() {
   return resp;
 }
 
-absl::StatusOr<v1::PlanResponse> GatewayCore::Plan(const v1::JobSpec& raw) {
+std::optional<GatewayCore::TenantHome> GatewayCore::HomeOf(const std::string& tenant) {
+  std::lock_guard lock(mu_);
+  const int64_t now = clock_->NowMs();
+  std::optional<TenantHome> home;
+  for (const auto& stored : ads_.Fresh()) {
+    if (stored.ad.withdrawn()) continue;
+    for (const auto& t : stored.ad.tenants()) {
+      if (t.tenant() != tenant) continue;
+      if (home) {
+        home->error = fedgate::StrCat("tenant ", tenant, " is claimed by both ", home->site,
+                                      " and ", stored.ad.origin(),
+                                      " (remove it from the tenants: of one)");
+        continue;
+      }
+      home = TenantHome{stored.ad.origin(),
+                        stored.ad.origin() == config_.site || !federation::IsSilent(stored, now),
+                        t, ""};
+      home->quota.set_home(stored.ad.origin());
+    }
+  }
+  return home;
+}
+
+std::vector<v1::TenantQuota> GatewayCore::Quotas() {
+  std::map<std::string, std::vector<v1::TenantQuota>> claims;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& stored : ads_.Fresh()) {
+      if (stored.ad.withdrawn()) continue;
+      for (auto t : stored.ad.tenants()) {
+        t.set_home(stored.ad.origin());
+        claims[t.tenant()].push_back(std::move(t));
+      }
+    }
+  }
+  std::vector<v1::TenantQuota> out;
+  for (auto& [tenant, list] : claims) {
+    for (auto& t : list) {
+      if (list.size() > 1) {
+        std::string sites;
+        for (const auto& o : list) sites += fedgate::StrCat(sites.empty() ? "" : ", ", o.home());
+        t.set_error(fedgate::StrCat("tenant ", tenant, " is claimed by ", list.size(),
+                                    " sites (", sites, "): new guaranteed work waits"));
+      }
+      out.push_back(std::move(t));
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<v1::PlanResponse> GatewayCore::Plan(const v1::JobSpec& raw,
+                                                   const federation::OfferFor& whom) {
   std::lock_guard lock(mu_);
   const int64_t now = clock_->NowMs();
   const auto ads = ads_.Fresh();
-  const auto offers =
-      federation::BuildOffers(config_.site, inventory_->Nodes(), ads, now, LocalFree());
+  const auto offers = federation::BuildOffers(config_.site, inventory_->Nodes(), ads, now,
+                                              LocalFree(), LocalExtras(), whom);
   std::set<std::string> models;
   for (const auto& o : offers) {
     for (const auto& n : o.nodes) models.insert(n.gpu_model);
@@ -320,6 +374,12 @@ absl::StatusOr<v1::PlanResponse> GatewayCore::Plan(const v1::JobSpec& raw) {
       out->set_node(s.node);
       out->set_gpus(s.gpus);
       out->set_first_rank(s.first_rank);
+      for (const auto& o : offers) {
+        if (o.site != s.site) continue;
+        for (const auto& n : o.nodes) {
+          if (n.name == s.node) out->set_gpu_model(n.gpu_model);
+        }
+      }
     }
     resp.set_bottleneck_gbps(std::isfinite(p.bottleneck_gbps) ? p.bottleneck_gbps : 0);
     resp.set_leftover_gpus(p.leftover_gpus);

@@ -9,11 +9,13 @@
 #include <set>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "federation/ad_store.h"
+#include "federation/capacity_view.h"
 #include "federation/clock.h"
 #include "federation/inventory.h"
 #include "federation/link_matrix.h"
@@ -51,8 +53,22 @@ class GatewayCore {
   absl::Status RemovePeer(const std::string& site);
   v1::GetCapacityResponse Capacity();
   v1::ListLinksResponse ListLinks();
-  // A dry run of placement for a spec against the current view.
-  absl::StatusOr<v1::PlanResponse> Plan(const v1::JobSpec& spec);
+  // A dry run of placement for a spec against the current view; `whom`
+  // adds GPUs kept for a job and, for a job that may preempt, preemptible ones.
+  absl::StatusOr<v1::PlanResponse> Plan(const v1::JobSpec& spec,
+                                        const federation::OfferFor& whom = {});
+
+  // The tenant's home site as the fresh ads say (nullopt: no site governs
+  // it, so it has no quota limit). `error` is set when two sites claim it.
+  struct TenantHome {
+    std::string site;
+    bool up = true;
+    v1::TenantQuota quota;
+    std::string error;
+  };
+  std::optional<TenantHome> HomeOf(const std::string& tenant);
+  // Every governed tenant's quota and use, as the home sites advertise them.
+  std::vector<v1::TenantQuota> Quotas();
 
   // Records a link this site measured and re-advertises at once.
   void RecordLink(const v1::Link& link);
@@ -82,6 +98,13 @@ class GatewayCore {
   void SetFreeGpusFn(std::function<std::map<std::string, uint32_t>()> fn) {
     free_fn_ = std::move(fn);
   }
+  // Preemptible and kept GPUs per local node, and the tenants this site
+  // governs (from the participant), for the ad.
+  void SetAdExtrasFn(std::function<federation::NodeExtras()> nodes,
+                     std::function<std::vector<v1::TenantQuota>()> tenants) {
+    extras_fn_ = std::move(nodes);
+    tenants_fn_ = std::move(tenants);
+  }
   // The address of `node` at `site` from the inventory or the site's ad.
   std::string NodeAddress(const std::string& site, const std::string& node);
   // Called (without the lock held) whenever the approved peer set changes.
@@ -109,6 +132,9 @@ class GatewayCore {
   std::map<std::string, v1::Link> own_links_;  // by destination site
   std::function<void()> peers_changed_;
   std::function<std::map<std::string, uint32_t>()> free_fn_;
+  std::function<federation::NodeExtras()> extras_fn_;
+  std::function<std::vector<v1::TenantQuota>()> tenants_fn_;
+  federation::NodeExtras LocalExtras() { return extras_fn_ ? extras_fn_() : federation::NodeExtras{}; }
   std::map<std::string, uint32_t> LocalFree() { return free_fn_ ? free_fn_() : std::map<std::string, uint32_t>{}; }
 };
 
