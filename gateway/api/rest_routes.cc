@@ -80,6 +80,11 @@ absl::StatusOr<RestCall> RouteRest(std::string_view method, std::string_view tar
     call.list.set_page_size(*size);
     return call;
   }
+  if (path == "/v1/quotas" && get) {
+    call.kind = RestCall::Kind::kQuotas;
+    if (query.contains("tenant")) call.quotas.set_tenant(query.at("tenant"));
+    return call;
+  }
   if (path == "/v1/usage" && get) {
     call.kind = RestCall::Kind::kUsage;
     for (const char* k : {"tenant", "since", "until", "by"}) {

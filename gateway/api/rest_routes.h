@@ -12,7 +12,7 @@
 namespace fedgate::gateway {
 
 struct RestCall {
-  enum class Kind { kSubmit, kList, kCancel, kLogs, kGet, kUsage };
+  enum class Kind { kSubmit, kList, kCancel, kLogs, kGet, kUsage, kQuotas };
   Kind kind = Kind::kGet;
   v1::SubmitJobRequest submit;
   v1::ListJobsRequest list;
@@ -20,11 +20,13 @@ struct RestCall {
   v1::LogsRequest logs;
   v1::GetJobRequest get;
   v1::UsageRequest usage;
+  v1::QuotasRequest quotas;
 };
 
 // POST /v1/jobs (JSON SubmitJobRequest), GET /v1/jobs?state=&page_token=&page_size=,
 // POST /v1/jobs/{id}:cancel, GET /v1/jobs/{id}/logs?rank=&offset=, GET /v1/jobs/{id},
 // GET /v1/usage?tenant=&since=&until=&by=.
+// GET /v1/quotas?tenant=.
 // INVALID_ARGUMENT for a bad body or query, NOT_FOUND for any other target.
 absl::StatusOr<RestCall> RouteRest(std::string_view method, std::string_view target,
                                    const std::string& body);

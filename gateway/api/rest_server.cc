@@ -198,6 +198,7 @@ struct RestServer::Impl {
       case RestCall::Kind::kCancel: return reply(jobs->Cancel(*caller, call->cancel));
       case RestCall::Kind::kGet: return reply(jobs->Get(*caller, call->get));
       case RestCall::Kind::kUsage: return reply(jobs->Usage(*caller, call->usage));
+      case RestCall::Kind::kQuotas: return reply(jobs->Quotas(*caller, call->quotas));
       case RestCall::Kind::kLogs: {
         auto out = jobs->Logs(*caller, call->logs);
         if (!out.ok()) return Respond(res, out.status());

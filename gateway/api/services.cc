@@ -196,6 +196,38 @@ grpc::ServerUnaryReactor* AdminServiceImpl::CordonNode(grpc::CallbackServerConte
   });
 }
 
+grpc::ServerUnaryReactor* AdminServiceImpl::SetQuota(grpc::CallbackServerContext* ctx,
+                                                     const v1::SetQuotaRequest* req,
+                                                     v1::SetQuotaResponse* resp) {
+  return Guarded(ctx, authz_, metrics_, RpcClass::kAdmin, "SetQuota", [&](const Identity& id) {
+    absl::Status st;
+    // One home per tenant: another site's claim is refused here, not
+    // discovered later as a conflict.
+    auto home = core_->HomeOf(req->tenant());
+    if (home && home->site != core_->config().site) {
+      st = absl::FailedPreconditionError(StrCat("tenant ", req->tenant(), " is governed by site ",
+                                                home->site, "; set its quota there"));
+    } else {
+      federation::TenantQuota q{req->tenant(), req->gpus(),
+                                {req->models().begin(), req->models().end()}, req->borrow(),
+                                req->weight() > 0 ? req->weight() : 1};
+      if (req->weight() == 0 && home) q.weight = home->quota.weight() > 0 ? home->quota.weight() : 1;
+      auto v = participant_->SetQuota(q);
+      st = v.status();
+      if (v.ok()) *resp->mutable_quota() = *v;
+    }
+    if (audit_ != nullptr) {
+      std::string models;
+      for (const auto& [m, g] : req->models()) models += StrCat(models.empty() ? "" : ",", m, "=", g);
+      audit_->Record(id.ToUri(), "quota.set",
+                     {{"tenant", req->tenant()}, {"gpus", std::to_string(req->gpus())},
+                      {"borrow", std::to_string(req->borrow())}, {"models", models}},
+                     st, WallMs());
+    }
+    return st;
+  });
+}
+
 grpc::ServerUnaryReactor* AdminServiceImpl::GetCapacity(grpc::CallbackServerContext* ctx,
                                                         const v1::GetCapacityRequest*,
                                                         v1::GetCapacityResponse* resp) {
@@ -268,6 +300,7 @@ FEDGATE_JOB_RPC(Get, GetJobRequest, GetJobResponse)
 FEDGATE_JOB_RPC(List, ListJobsRequest, ListJobsResponse)
 FEDGATE_JOB_RPC(Cancel, CancelJobRequest, CancelJobResponse)
 FEDGATE_JOB_RPC(Usage, UsageRequest, UsageResponse)
+FEDGATE_JOB_RPC(Quotas, QuotasRequest, QuotasResponse)
 #undef FEDGATE_JOB_RPC
 
 grpc::ServerUnaryReactor* JobServiceImpl::Submit(grpc::CallbackServerContext* ctx,

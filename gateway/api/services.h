@@ -68,6 +68,9 @@ class AdminServiceImpl final : public v1::AdminService::CallbackService {
   grpc::ServerUnaryReactor* CordonNode(grpc::CallbackServerContext* ctx,
                                        const v1::CordonNodeRequest* req,
                                        v1::CordonNodeResponse* resp) override;
+  grpc::ServerUnaryReactor* SetQuota(grpc::CallbackServerContext* ctx,
+                                     const v1::SetQuotaRequest* req,
+                                     v1::SetQuotaResponse* resp) override;
   grpc::ServerUnaryReactor* ListPeers(grpc::CallbackServerContext* ctx,
                                       const v1::ListPeersRequest* req,
                                       v1::ListPeersResponse* resp) override;
@@ -117,6 +120,8 @@ class JobServiceImpl final : public JobServiceBase {
                                  v1::ListJobsResponse* resp) override;
   grpc::ServerUnaryReactor* Usage(grpc::CallbackServerContext* ctx, const v1::UsageRequest* req,
                                   v1::UsageResponse* resp) override;
+  grpc::ServerUnaryReactor* Quotas(grpc::CallbackServerContext* ctx, const v1::QuotasRequest* req,
+                                   v1::QuotasResponse* resp) override;
   grpc::ServerUnaryReactor* Cancel(grpc::CallbackServerContext* ctx,
                                    const v1::CancelJobRequest* req,
                                    v1::CancelJobResponse* resp) override;

@@ -34,6 +34,7 @@ using Commands = std::vector<Command>;
 void AddCertsCommands(CLI::App& app, Commands* out);
 void AddPeersCommands(CLI::App& app, Commands* out);
 void AddNodesCommands(CLI::App& app, Commands* out);
+void AddQuotaCommands(CLI::App& app, Commands* out);  // quota list, get, set
 void AddUsageCommands(CLI::App& app, Commands* out);  // usage
 void AddLinksCommands(CLI::App& app, Commands* out);  // links, links probe, capacity
 void AddJobsCommands(CLI::App& app, Commands* out);   // jobs ..., vc get

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   AddCertsCommands(app, &commands);
   AddPeersCommands(app, &commands);
   AddNodesCommands(app, &commands);
+  AddQuotaCommands(app, &commands);
   AddUsageCommands(app, &commands);
   AddLinksCommands(app, &commands);
   AddJobsCommands(app, &commands);

@@ -276,6 +276,26 @@ absl::StatusOr<int64_t> ParseWhen(const std::string& text, const char* flag, int
 
 }  // namespace
 
+absl::StatusOr<v1::QuotasResponse> JobManager::Quotas(const Identity& caller,
+                                                      const v1::QuotasRequest& req) {
+  std::string tenant = req.tenant();
+  if (caller.role == Role::kUser) {
+    if (!tenant.empty() && tenant != caller.tenant) {
+      return absl::PermissionDeniedError(StrCat("tenant ", caller.tenant,
+                                                " may only see its own quota, not ", tenant, "'s"));
+    }
+    tenant = caller.tenant;
+  }
+  v1::QuotasResponse out;
+  for (auto& q : core_->Quotas()) {
+    if (tenant.empty() || q.tenant() == tenant) *out.add_quotas() = std::move(q);
+  }
+  if (!tenant.empty() && out.quotas_size() == 0) {
+    return absl::NotFoundError(StrCat("no site governs tenant ", tenant, ": it has no quota limit"));
+  }
+  return out;
+}
+
 absl::StatusOr<v1::UsageResponse> JobManager::Usage(const Identity& caller,
                                                     const v1::UsageRequest& req) {
   std::string tenant = req.tenant();

@@ -58,6 +58,8 @@ class JobManager {
   }
   // Tenants see their own usage only; a site admin sees every tenant's.
   absl::StatusOr<v1::UsageResponse> Usage(const Identity& caller, const v1::UsageRequest& req);
+  // Quotas as the home sites advertise them; a tenant sees only its own.
+  absl::StatusOr<v1::QuotasResponse> Quotas(const Identity& caller, const v1::QuotasRequest& req);
 
   // Reads a chunk of a rank's log at `req.offset()`; `done` runs exactly once,
   // possibly on the caller's thread.
