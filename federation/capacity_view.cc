@@ -8,13 +8,21 @@ namespace {
 
 
 void AddNode(v1::SiteCapacity* site, std::map<std::string, v1::ModelCapacity>* models,
-             const std::string& model, uint32_t free_gpus, uint32_t total_gpus) {
+             const std::string& model, uint32_t free_gpus, uint32_t total_gpus,
+             uint32_t preemptible = 0) {
   site->set_free_gpus(site->free_gpus() + free_gpus);
   site->set_total_gpus(site->total_gpus() + total_gpus);
   auto& m = (*models)[model];
   m.set_model(model);
   m.set_free_gpus(m.free_gpus() + free_gpus);
   m.set_total_gpus(m.total_gpus() + total_gpus);
+  m.set_preemptible_gpus(m.preemptible_gpus() + preemptible);
+}
+
+uint32_t Reclaimable(uint32_t preemptible, const std::map<std::string, uint32_t>& kept_for) {
+  uint64_t n = preemptible;
+  for (const auto& [job, g] : kept_for) n += g;
+  return static_cast<uint32_t>(std::min<uint64_t>(n, UINT32_MAX));
 }
 
 void FlushModels(v1::SiteCapacity* site, const std::map<std::string, v1::ModelCapacity>& models) {
@@ -79,7 +87,8 @@ v1::CapacityAd MakeOwnAd(const std::string& site, const std::vector<Node>& nodes
 v1::GetCapacityResponse BuildCapacityView(const std::string& self_site,
                                           const std::vector<Node>& local_nodes,
                                           const std::vector<StoredAd>& ads, int64_t now_ms,
-                                          const FreeGpus& local_free) {
+                                          const FreeGpus& local_free,
+                                          const NodeExtras& local_extras) {
   std::vector<v1::SiteCapacity> sites;
   {
     v1::SiteCapacity local;
@@ -87,7 +96,9 @@ v1::GetCapacityResponse BuildCapacityView(const std::string& self_site,
     local.set_state(v1::SiteCapacity::local);
     std::map<std::string, v1::ModelCapacity> models;
     for (const auto& n : local_nodes) {
-      AddNode(&local, &models, n.gpu_model, FreeOf(n, local_free), n.gpus);
+      auto e = local_extras.find(n.name);
+      AddNode(&local, &models, n.gpu_model, FreeOf(n, local_free), n.gpus,
+              e == local_extras.end() ? 0 : Reclaimable(e->second.preemptible, e->second.kept_for));
     }
     FlushModels(&local, models);
     sites.push_back(std::move(local));
@@ -103,7 +114,8 @@ v1::GetCapacityResponse BuildCapacityView(const std::string& self_site,
     s.set_age_seconds(std::max<double>(0, (now_ms - ad.issued_at_unix_ms()) / 1000.0));
     std::map<std::string, v1::ModelCapacity> models;
     for (const auto& n : ad.nodes()) {
-      AddNode(&s, &models, n.gpu_model(), down ? 0 : n.free_gpus(), n.total_gpus());
+      AddNode(&s, &models, n.gpu_model(), down ? 0 : n.free_gpus(), n.total_gpus(),
+              down ? 0 : Reclaimable(n.preemptible_gpus(), {n.kept_for().begin(), n.kept_for().end()}));
     }
     FlushModels(&s, models);
     sites.push_back(std::move(s));

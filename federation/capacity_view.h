@@ -43,7 +43,8 @@ struct OfferFor {
 v1::GetCapacityResponse BuildCapacityView(const std::string& self_site,
                                           const std::vector<Node>& local_nodes,
                                           const std::vector<StoredAd>& ads, int64_t now_ms,
-                                          const FreeGpus& local_free = {});
+                                          const FreeGpus& local_free = {},
+                                          const NodeExtras& local_extras = {});
 
 // Per-node offers for placement: the local inventory and every fresh,
 // non-withdrawn ad; a silent origin is offered as down.

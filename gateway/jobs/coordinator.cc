@@ -168,7 +168,9 @@ void Coordinator::PlacePass() {
       continue;
     }
     if (s.state() == v1::SiteCapacity::down) continue;
-    for (const auto& m : s.models()) free[m.model()] += m.free_gpus();
+    // Preemptible GPUs count too: a guaranteed job may take them (a spot
+    // job tried on them just finds no placement).
+    for (const auto& m : s.models()) free[m.model()] += m.free_gpus() + m.preemptible_gpus();
   }
   const int64_t now = core_->clock()->NowMs();
   federation::FairShare share;

@@ -215,7 +215,7 @@ absl::Status GatewayCore::RemovePeer(const std::string& site) {
 v1::GetCapacityResponse GatewayCore::Capacity() {
   std::lock_guard lock(mu_);
   return federation::BuildCapacityView(config_.site, inventory_->Nodes(), ads_.Fresh(),
-                                       clock_->NowMs(), LocalFree());
+                                       clock_->NowMs(), LocalFree(), LocalExtras());
 }
 
 absl::Status GatewayCore::Tick() {
