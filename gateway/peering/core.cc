@@ -16,6 +16,7 @@
 namespace fedgate::gateway {
 
 namespace {
+constexpr const char* kTenantHomesKey = "tenant_homes";
 constexpr const char* kSeqKey = "ad_seq";
 
 int64_t DownAfterMs(const Config& c) {
@@ -83,7 +84,49 @@ absl::Status GatewayCore::Init() {
   auto seq = store_->GetKv(kSeqKey);
   if (!seq.ok()) return seq.status();
   if (seq->has_value()) seq_ = std::stoull(**seq);
+  auto homes = store_->GetKv(kTenantHomesKey);
+  if (!homes.ok()) return homes.status();
+  v1::QuotasResponse known;
+  if (homes->has_value() && known.ParseFromString(**homes)) {
+    for (const auto& q : known.quotas()) known_homes_[q.tenant()] = q;
+  }
   return absl::OkStatus();
+}
+
+void GatewayCore::RefreshHomesLocked() {
+  bool changed = false;
+  for (const auto& stored : ads_.Fresh()) {
+    // A withdrawn ad (a home shutting down) changes nothing: it comes back.
+    if (stored.ad.withdrawn()) continue;
+    const std::string& origin = stored.ad.origin();
+    std::set<std::string> claimed;
+    for (const auto& t : stored.ad.tenants()) {
+      claimed.insert(t.tenant());
+      auto& k = known_homes_[t.tenant()];
+      if (k.home() != origin && !k.home().empty()) continue;  // a conflict: the first stays
+      changed = changed || k.home() != origin;
+      k = t;
+      k.set_home(origin);
+    }
+    // A live home that stopped governing a tenant releases it.
+    for (auto it = known_homes_.begin(); it != known_homes_.end();) {
+      if (it->second.home() == origin && !claimed.contains(it->first)) {
+        it = known_homes_.erase(it);
+        changed = true;
+      } else {
+        ++it;
+      }
+    }
+  }
+  if (changed) PersistHomesLocked();
+}
+
+void GatewayCore::PersistHomesLocked() {
+  v1::QuotasResponse all;
+  for (const auto& [t, q] : known_homes_) *all.add_quotas() = q;
+  if (auto st = store_->PutKv(kTenantHomesKey, all.SerializeAsString()); !st.ok()) {
+    spdlog::error("cannot store tenant homes: {}", std::string(st.message()));
+  }
 }
 
 absl::StatusOr<v1::HandshakeResponse> GatewayCore::Handshake(const Identity& caller,
@@ -204,6 +247,10 @@ absl::Status GatewayCore::RemovePeer(const std::string& site) {
     if (auto st = store_->DeletePeer(site); !st.ok() && !absl::IsNotFound(st)) return st;
     if (auto st = peers_.Remove(site); !st.ok()) return st;
     own_links_.erase(site);
+    // Its tenants are no longer governed by a site that left the federation.
+    if (std::erase_if(known_homes_, [&](const auto& kv) { return kv.second.home() == site; }) > 0) {
+      PersistHomesLocked();
+    }
     metrics_->Remove("fedgate_peer_push_errors_total", {{"peer", site}});
     UpdateGaugesLocked();
   }
@@ -297,6 +344,7 @@ v1::ListLinksResponse GatewayCore::ListLinks() {
 
 std::optional<GatewayCore::TenantHome> GatewayCore::HomeOf(const std::string& tenant) {
   std::lock_guard lock(mu_);
+  RefreshHomesLocked();
   const int64_t now = clock_->NowMs();
   std::optional<TenantHome> home;
   for (const auto& stored : ads_.Fresh()) {
@@ -315,6 +363,12 @@ std::optional<GatewayCore::TenantHome> GatewayCore::HomeOf(const std::string& te
       home->quota.set_home(stored.ad.origin());
     }
   }
+  if (!home) {
+    // Its home's ad expired: the home is down, not gone.
+    if (auto k = known_homes_.find(tenant); k != known_homes_.end()) {
+      home = TenantHome{k->second.home(), false, k->second, ""};
+    }
+  }
   return home;
 }
 
@@ -322,12 +376,19 @@ std::vector<v1::TenantQuota> GatewayCore::Quotas() {
   std::map<std::string, std::vector<v1::TenantQuota>> claims;
   {
     std::lock_guard lock(mu_);
+    RefreshHomesLocked();
     for (const auto& stored : ads_.Fresh()) {
       if (stored.ad.withdrawn()) continue;
       for (auto t : stored.ad.tenants()) {
         t.set_home(stored.ad.origin());
         claims[t.tenant()].push_back(std::move(t));
       }
+    }
+    for (const auto& [tenant, q] : known_homes_) {
+      if (claims.contains(tenant)) continue;
+      auto& last = claims[tenant].emplace_back(q);
+      last.set_error(fedgate::StrCat("home site ", q.home(),
+                                     " is down: last known quota; new guaranteed work waits"));
     }
   }
   std::vector<v1::TenantQuota> out;

@@ -133,6 +133,12 @@ class GatewayCore {
   std::function<void()> peers_changed_;
   std::function<std::map<std::string, uint32_t>()> free_fn_;
   std::function<federation::NodeExtras()> extras_fn_;
+  // The last known home (and quota) of every governed tenant, kept when the
+  // home's ad expires so that a home site that is down blocks its tenants'
+  // new guaranteed work instead of leaving them ungoverned. Persisted.
+  std::map<std::string, v1::TenantQuota> known_homes_;
+  void RefreshHomesLocked();
+  void PersistHomesLocked();
   std::function<std::vector<v1::TenantQuota>()> tenants_fn_;
   federation::NodeExtras LocalExtras() { return extras_fn_ ? extras_fn_() : federation::NodeExtras{}; }
   std::map<std::string, uint32_t> LocalFree() { return free_fn_ ? free_fn_() : std::map<std::string, uint32_t>{}; }

@@ -117,6 +117,23 @@ TEST_F(GovernanceTest, QuotaAtTheHomeSiteHoldsAcrossTwoCoordinators) {
       << Alice("site-c", {"quota", "get"}).out;
   const std::string audit = ReadText(fed_.dir("site-a") + "/data/audit.log");
   EXPECT_NE(audit.find("quota.set"), std::string::npos) << audit;
+
+  // A home site that is down blocks its tenants' new guaranteed work, also
+  // once its ad has expired; it runs when the home is back.
+  fed_.Kill("site-a");
+  const std::string blocked = Submit("site-b", Spans(spans, 1, 1));
+  ASSERT_TRUE(Eventually(
+      [&] {
+        return Get("site-b", blocked).reason().find("home site site-a of tenant vision is down") !=
+               std::string::npos;
+      },
+      10000))
+      << Get("site-b", blocked).reason();
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));  // past the ad's 1.5 s TTL
+  EXPECT_EQ(Get("site-b", blocked).state(), v1::Job::PENDING) << Get("site-b", blocked).reason();
+  fed_.Start("site-a");
+  ASSERT_TRUE(WaitState("site-b", blocked, v1::Job::SUCCEEDED, 30000))
+      << Get("site-b", blocked).reason();
 }
 
 TEST_F(GovernanceTest, GuaranteedJobPreemptsASpotJobOfAnotherCoordinator) {
