@@ -30,6 +30,11 @@ void FairShare::Add(const std::string& tenant, double gpu_seconds, int64_t at_ms
   if (e.at_ms != 0 && at_ms > e.at_ms) {
     e.value *= std::exp2(-static_cast<double>(at_ms - e.at_ms) / static_cast<double>(half_life_ms_));
   }
+  // Use that ended before the entry's time decays to it first (out-of-order
+  // adds, as when usage is reloaded after a restart).
+  if (e.at_ms != 0 && at_ms < e.at_ms) {
+    gpu_seconds *= std::exp2(-static_cast<double>(e.at_ms - at_ms) / static_cast<double>(half_life_ms_));
+  }
   e.at_ms = std::max(e.at_ms, at_ms);
   e.value += gpu_seconds;
 }

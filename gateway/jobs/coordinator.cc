@@ -87,7 +87,31 @@ Coordinator::Coordinator(GatewayCore* core, JobStore* store, ParticipantCalls* p
 
 Coordinator::~Coordinator() { Stop(); }
 
+void Coordinator::LoadFairShare() {
+  // The decayed usage survives a restart: it is rebuilt from the jobs that
+  // ended here (their last attempt, from its placement to its end).
+  size_t jobs = 0;
+  for (const char* state : {"SUCCEEDED", "FAILED", "CANCELLED"}) {
+    std::string after;
+    for (;;) {
+      auto page = store_->List("", state, after, 1000);
+      if (!page.ok() || page->empty()) break;
+      for (const auto& j : *page) {
+        v1::RunPlan run;
+        if (j.run.empty() || !run.ParseFromString(j.run) || run.epoch() == 0) continue;
+        const int64_t ran_ms = std::max<int64_t>(0, j.updated_at_unix_ms - static_cast<int64_t>(run.epoch()));
+        std::lock_guard lock(share_mu_);
+        share_.Add(j.tenant, j.spec.gpus() * (ran_ms / 1000.0), j.updated_at_unix_ms);
+        ++jobs;
+      }
+      after = page->back().id;
+    }
+  }
+  if (jobs > 0) spdlog::info("fair share: usage of {} ended job(s) loaded", jobs);
+}
+
 void Coordinator::Start() {
+  LoadFairShare();
   placer_ = std::thread([this] { PlaceLoop(); });
   renewer_ = std::thread([this] { RenewLoop(); });
 }

@@ -84,6 +84,7 @@ class Coordinator {
 
  private:
   void PlaceLoop();
+  void LoadFairShare();
   void RenewLoop();
   void Sleep(int64_t ms);
   // Places and reserves one job; true when its ranks were committed.

@@ -100,6 +100,20 @@ TEST(Scheduler, GuaranteedBeforeSpotAgingAndFairShareTies) {
   EXPECT_NEAR(share.Usage("light", 3600 * 1000), 5, 1e-9) << "one half-life later";
 }
 
+TEST(Scheduler, FairShareAddsInAnyOrderAndWeighs) {
+  // Reloaded after a restart, ended jobs come in any order: the result is
+  // the same as adding them as they ended.
+  FairShare in_order(1000), reversed(1000);
+  in_order.Add("t", 8, 0 + 1);
+  in_order.Add("t", 8, 1000 + 1);
+  reversed.Add("t", 8, 1000 + 1);
+  reversed.Add("t", 8, 0 + 1);
+  EXPECT_NEAR(in_order.Usage("t", 2001), 8 * 0.25 + 8 * 0.5, 1e-9);
+  EXPECT_NEAR(reversed.Usage("t", 2001), in_order.Usage("t", 2001), 1e-9);
+  reversed.SetWeight("t", 2);
+  EXPECT_NEAR(reversed.Usage("t", 2001), 3, 1e-9) << "usage per weight";
+}
+
 // Randomised: whatever the queue, EASY backfill never pushes the head job's
 // earliest start past its reservation: at the reserved time, the GPUs free
 // then (now free, plus whatever old or backfilled job ends by then) still
