@@ -268,7 +268,12 @@ void Participant::LoadQuotas() {
   }
 }
 
+// Only a commit must be durable before it answers: a prepared hold lost in
+// a crash makes its commit fail (the job is reserved again), and a release
+// lost in a crash only holds quota until the restored hold's lease lapses.
+// So releases are written by the next sweep, in one write.
 void Participant::PersistQuotaHoldsLocked() {
+  quota_dirty_ = false;
   if (store_ == nullptr) return;
   v1::QuotaHoldRecords recs;
   for (const auto& [k, h] : quota_.holds()) {
@@ -539,7 +544,6 @@ absl::StatusOr<v1::PrepareResponse> Participant::Prepare(const std::string& from
       if (!q.ok()) return q.status();
       resp.set_quota_class(federation::QuotaClassName(q->cls));
       if (want.empty()) {
-        PersistQuotaHoldsLocked();
         quota_changed = true;
         spdlog::info("job {} attempt {} epoch {}: holding {} GPU(s) of tenant {}'s quota ({})",
                      key.job_id(), key.attempt(), key.epoch(), q->total(), req.tenant(),
@@ -557,9 +561,8 @@ absl::StatusOr<v1::PrepareResponse> Participant::Prepare(const std::string& from
     std::vector<federation::ReservationLedger::HoldKey> stopped;
     auto hold = ledger_.Prepare(key.job_id(), key.attempt(), key.epoch(),
                                 {from, req.tenant(), req.priority()}, want, now, ttl, &stopped);
-    if (!quota_gpus.empty()) {
-      if (!hold.ok()) (void)quota_.Abort(key.job_id(), key.epoch(), from);
-      PersistQuotaHoldsLocked();
+    if (!quota_gpus.empty() && !hold.ok()) {
+      (void)quota_.Abort(key.job_id(), key.epoch(), from);
     }
     if (!hold.ok() && !(req.preempt() && absl::IsResourceExhausted(hold.status()))) {
       return hold.status();
@@ -828,9 +831,9 @@ absl::StatusOr<v1::AbortResponse> Participant::Abort(const std::string& from,
   if (auto st = CheckJobId(key.job_id()); !st.ok()) return st;
   {
     std::lock_guard lock(mu_);
-    const bool quota_held = !quota_.holds().empty();
+    const size_t quota_holds = quota_.holds().size();
     if (auto st = quota_.Abort(key.job_id(), key.epoch(), from); !st.ok()) return st;
-    if (quota_held) PersistQuotaHoldsLocked();
+    quota_dirty_ = quota_dirty_ || quota_.holds().size() != quota_holds;
     auto stopping = ledger_.Abort(key.job_id(), key.attempt(), key.epoch(), from);
     if (!stopping.ok()) return stopping.status();
     const int64_t grace = federation::ClampMs(req.grace_ms(), 0, 10 * 60 * 1000);
@@ -935,9 +938,10 @@ void Participant::Sweep() {
       for (const auto& [job, epoch] : lapsed) {
         spdlog::info("job {} epoch {}: quota hold released (prepare or lease lapsed)", job, epoch);
       }
-      PersistQuotaHoldsLocked();
+      quota_dirty_ = true;
       changed = true;
     }
+    if (quota_dirty_) PersistQuotaHoldsLocked();
     quota_.Prune(federation::SatSub(now, kFinishedSliceKeepMs));
     for (auto it = slices_.begin(); it != slices_.end();) {
       Slice& s = it->second;

@@ -156,6 +156,7 @@ class Participant {
   std::mutex mu_;
   federation::ReservationLedger ledger_;
   federation::QuotaLedger quota_;
+  bool quota_dirty_ = false;  // holds released since they were last stored
   std::map<SliceKey, Slice> slices_;
   std::function<void()> on_change_;
   std::function<void(const std::vector<federation::UsageRecord>&)> on_usage_;
