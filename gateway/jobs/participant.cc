@@ -79,7 +79,9 @@ Participant::Participant(const Config& config, const federation::Clock* clock, S
       clock_(clock),
       max_finished_(max_finished),
       store_(store),
-      ledger_(NodeSizes(config)) {}
+      ledger_(NodeSizes(config)) {
+  for (const auto& q : config_.tenants) (void)quota_.SetQuota(q);
+}
 
 void Participant::CleanUpAfterRestart() {
   if (store_ != nullptr) {
@@ -226,7 +228,6 @@ constexpr const char* kQuotaHoldsKey = "quota_holds";
 
 void Participant::LoadQuotas() {
   std::lock_guard lock(mu_);
-  for (const auto& q : config_.tenants) (void)quota_.SetQuota(q);
   if (store_ == nullptr) return;
   // Quotas set with `fedctl quota set` override the config file's.
   if (auto v = store_->GetKv(kQuotasKey); v.ok() && v->has_value()) {

@@ -98,4 +98,18 @@ echo "site: \"site-b\" $K" | peer status 05 SliceStatusRequest
 echo 'site: "site-b" job_id: "j-00000000000000aa" rank: 0 offset: 0 max_bytes: 65536' |
   peer readlog 06 ReadLogRequest
 echo "site: \"site-c\" $K" | peer abort_other_site 84 AbortRequest
+K2='key { job_id: "j-00000000000000bb" attempt: 1 epoch: 9 }'
+echo "site: \"site-b\" $K2 quota_gpus { key: \"A100-80GB\" value: 2 } tenant: \"vision\" hold_ttl_ms: 1000" |
+  peer prepare_quota_only 02 PrepareRequest
+echo "site: \"site-b\" $K2 nodes { node: \"a-n1\" gpus: 8 } preempt: true tenant: \"vision\"" |
+  peer prepare_preempt 02 PrepareRequest
+echo "site: \"site-b\" $K lease_ms: 3000 preemptible: true command: \"x\" world_size: 1 master_port: 1" |
+  peer commit_quota_only 03 CommitRequest
+cat <<'T' | peer advertise_tenants 01 AdvertiseRequest
+site: "site-b"
+ads { origin: "site-b" seq: 4 issued_at_unix_ms: 1700000000000 ttl_ms: 10000 interval_ms: 2000
+      nodes { name: "b-n1" gpu_model: "A100-80GB" free_gpus: 0 total_gpus: 8 preemptible_gpus: 4
+              kept_for { key: "j-00000000000000cc" value: 4 } }
+      tenants { tenant: "vision" gpus: 8 borrow: 2 used_gpus: 3 } }
+T
 echo "wrote $(find "$c" -type f | wc -l) seeds under $c"

@@ -52,6 +52,8 @@ World* Make() {
   node.gpus = 8;
   w->config.nodes = {node};
   w->config.peers = {{"site-b", "127.0.0.1:1"}};
+  // A governed tenant, so quota holds (quota_gpus) are reached too.
+  w->config.tenants = {{"vision", 4, {{"A100-80GB", 2}}, 2, 1}};
   auto store = gateway::Store::Open(dir + "/data");
   if (!store.ok()) std::abort();
   w->store = std::move(*store);
@@ -97,6 +99,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       hold.mutable_key()->set_attempt(1);
       hold.mutable_key()->set_epoch(5);
       hold.set_tenant("vision");
+      (*hold.mutable_quota_gpus())["A100-80GB"] = 2;
       hold.add_nodes()->set_node("a-n1");
       hold.mutable_nodes(0)->set_gpus(2);
       hold.set_hold_ttl_ms(1000);
