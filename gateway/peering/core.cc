@@ -62,6 +62,9 @@ GatewayCore::GatewayCore(const Config& config, const federation::Clock* clock, S
                      {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5});
   metrics_->Describe("fedgate_site_gpus", "gauge",
                      "GPUs of every site in this gateway's view, by model; state free or total.");
+  metrics_->Describe("fedgate_tenant_quota_gpus", "gauge",
+                     "Quotas of the tenants this site governs: kind nominal, borrow, used "
+                     "(guaranteed holds) or borrowed (holds beyond nominal).");
   metrics_->OnScrape([this](Metrics&) {
     std::lock_guard lock(mu_);
     UpdateGaugesLocked();
@@ -553,6 +556,18 @@ void GatewayCore::UpdateGaugesLocked() {
     }
   }
   metrics_->SetFamily("fedgate_site_gpus", gpus);
+  std::vector<std::pair<Labels, double>> quota;
+  for (const auto& a : ads_.Fresh()) {
+    if (a.ad.origin() != config_.site) continue;
+    for (const auto& t : a.ad.tenants()) {
+      quota.push_back({{{"tenant", t.tenant()}, {"kind", "nominal"}}, static_cast<double>(t.gpus())});
+      quota.push_back({{{"tenant", t.tenant()}, {"kind", "borrow"}}, static_cast<double>(t.borrow())});
+      quota.push_back({{{"tenant", t.tenant()}, {"kind", "used"}}, static_cast<double>(t.used_gpus())});
+      quota.push_back({{{"tenant", t.tenant()}, {"kind", "borrowed"}},
+                       static_cast<double>(t.borrowed_gpus())});
+    }
+  }
+  metrics_->SetFamily("fedgate_tenant_quota_gpus", quota);
   std::vector<std::pair<Labels, double>> ad_age;
   for (const auto& a : ads_.Fresh()) {
     if (a.ad.origin() == config_.site) continue;

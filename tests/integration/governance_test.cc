@@ -83,6 +83,7 @@ TEST_F(GovernanceTest, QuotaAtTheHomeSiteHoldsAcrossTwoCoordinators) {
       60000, 100))
       << fed_.log("site-a");
   EXPECT_TRUE(saw_quota_wait) << "the third job said it waits for quota";
+  EXPECT_EQ(Metric(fed_.ops_port("site-a"), "fedgate_tenant_quota_gpus{kind=\"nominal\",tenant=\"vision\"}"), 4);
   EXPECT_EQ(MaxConcurrent(ReadText(spans)), 2) << ReadText(spans);
   // Every hold was released at the home site.
   auto q = Alice("site-c", {"quota", "get"});
