@@ -22,7 +22,23 @@ for p in "${PACKAGES[@]}"; do
     missing+=("$p")
   fi
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+# The unprivileged user ranks run as (executor.run_as), when we may add it.
+add_rank_user() {
+  if ! getent passwd fedgate-rank >/dev/null; then
+    if [ "$(id -u)" -eq 0 ]; then
+      useradd --system --user-group --no-create-home --home-dir /nonexistent \
+        --shell /usr/sbin/nologin fedgate-rank
+      echo "deps: added system user fedgate-rank (ranks run as it)" >&2
+    else
+      echo "deps: not root: no fedgate-rank user added (ranks run as the gateway's user)" >&2
+    fi
+  fi
+}
+
+if [ ${#missing[@]} -eq 0 ]; then
+  add_rank_user
+  exit 0
+fi
 
 echo "deps: installing ${#missing[@]} package(s): ${missing[*]}" >&2
 SUDO=""
@@ -30,4 +46,5 @@ SUDO=""
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq >/dev/null
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+add_rank_user
 echo "deps: done" >&2

@@ -264,6 +264,30 @@ absl::StatusOr<std::vector<ReservationLedger::HoldKey>> ReservationLedger::Abort
   return stopping;
 }
 
+absl::Status ReservationLedger::Restore(const Hold& hold, int64_t now_ms) {
+  std::map<std::string, std::set<uint32_t>> taken;
+  for (const auto& [key, h] : holds_) {
+    for (const auto& g : h.gpus) taken[g.node].insert(g.indices.begin(), g.indices.end());
+  }
+  for (const auto& g : hold.gpus) {
+    auto n = nodes_.find(g.node);
+    for (uint32_t i : g.indices) {
+      if (n == nodes_.end() || i >= n->second || !taken[g.node].insert(i).second) {
+        return absl::FailedPreconditionError(
+            StrCat("GPU ", g.node, "/", i, " of job ", hold.job_id, " cannot be restored"));
+      }
+    }
+  }
+  Hold h = hold;
+  h.state = HoldState::kCommitted;
+  holds_[{h.job_id, h.epoch}] = h;
+  JobEntry& e = Touch(h.job_id, h.coordinator, now_ms);
+  e.newest_epoch = std::max(e.newest_epoch, h.epoch);
+  if (e.owner.tenant.empty()) e.owner.tenant = h.tenant;
+  CheckInvariants();
+  return absl::OkStatus();
+}
+
 void ReservationLedger::MarkStopping(const std::string& job_id, uint64_t epoch) {
   auto it = holds_.find({job_id, epoch});
   if (it != holds_.end() && it->second.state == HoldState::kCommitted) {

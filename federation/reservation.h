@@ -80,6 +80,10 @@ class ReservationLedger {
   // remembers the epoch, so a late Prepare of it is refused. Idempotent.
   absl::StatusOr<std::vector<HoldKey>> Abort(const std::string& job_id, uint32_t attempt,
                                              uint64_t epoch, const std::string& coordinator);
+  // Puts back a committed hold found after a restart (its slice's ranks
+  // still run). FAILED_PRECONDITION, changing nothing, when one of its GPUs
+  // is held already or out of range.
+  absl::Status Restore(const Hold& hold, int64_t now_ms);
   // A committed hold whose slice is being stopped (lease lapsed, rank failed).
   void MarkStopping(const std::string& job_id, uint64_t epoch);
   // Every rank of the hold's slice has exited: frees its GPUs.

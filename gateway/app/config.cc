@@ -360,11 +360,25 @@ Config Walk(const YAML::Node& root, const std::string& base_dir, const Walker& w
   }
   if (root["executor"]) {
     const auto& e = root["executor"];
-    w.ExpectKeys(e, "executor", {"kind"});
+    w.ExpectKeys(e, "executor", {"kind", "run_as", "work_dir"});
     if (e["kind"]) c.executor_kind = w.Str(e["kind"], "executor.kind");
+    if (e["run_as"]) c.executor_run_as = w.Str(e["run_as"], "executor.run_as");
+    if (c.executor_run_as == "root" || c.executor_run_as == "0") {
+      w.Fail(e["run_as"], "\"executor.run_as\": ranks never run as root");
+    }
+    if (e["work_dir"]) c.executor_work_dir = Resolve(base_dir, w.Str(e["work_dir"], "executor.work_dir"));
     if (c.executor_kind != "process") {
       w.Fail(e["kind"], fedgate::StrCat("\"executor.kind\": unsupported executor \"",
                                      c.executor_kind, "\" (supported: process)"));
+    }
+  }
+  if (c.executor_work_dir.empty()) c.executor_work_dir = "/var/tmp/fedgate-work/" + c.site;
+  {
+    // Ranks must reach their folder, and must not reach data_dir.
+    const std::string data = c.data_dir + "/";
+    if ((c.executor_work_dir + "/").rfind(data, 0) == 0) {
+      w.Fail(root["executor"] ? root["executor"]["work_dir"] : root,
+             "\"executor.work_dir\" must not be inside data_dir (ranks cannot enter it)");
     }
   }
   return c;

@@ -41,6 +41,11 @@ struct Config {
   int64_t bench_link_max_age_ms = 30 * 60 * 1000;  // older links count as unknown
   bool bench_probe_on_peer_up = true;
   std::string executor_kind = "process";
+  // Ranks run as this unprivileged user (when the gateway can switch users),
+  // each job in its own folder under work_dir (default
+  // /var/tmp/fedgate-work/<site>; it must not be inside data_dir).
+  std::string executor_run_as = "fedgate-rank";
+  std::string executor_work_dir;
   // How long a committed slice runs without hearing from its coordinator
   // (jobs.lease; default max(3s, 5 advertise intervals)).
   int64_t jobs_lease_ms = 0;

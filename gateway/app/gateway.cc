@@ -6,6 +6,8 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
+
+#include <filesystem>
 #include <sqlite3.h>
 
 #include "base/str_cat.h"
@@ -70,6 +72,26 @@ absl::Status Gateway::Start() {
       std::make_unique<federation::StaticInventory>(config_.nodes), metrics_.get());
   if (auto st = core_->Init(); !st.ok()) return st;
   participant_ = std::make_unique<Participant>(config_, clock_.get(), store_.get());
+  {
+    auto user = ResolveRankUser(config_.executor_run_as);
+    if (!user.ok()) return user.status();
+    // fedgate-shim lives beside fedgate; without it ranks are children of
+    // the gateway and neither isolated nor kept across a restart.
+    std::error_code ec;
+    const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+    std::string shim = ec ? "" : (self.parent_path() / "fedgate-shim").string();
+    if (!shim.empty() && ::access(shim.c_str(), X_OK) != 0) shim.clear();
+    participant_->SetExecutor(shim, *user);
+    if (shim.empty()) {
+      spdlog::warn("isolation: none: no fedgate-shim beside fedgate; ranks run as children of "
+                   "the gateway, as {}, and stop with it", user->name);
+    } else {
+      spdlog::info("isolation: ranks run as {}{} under {}, in their job's folder under {}, with "
+                   "an allowlisted environment; data_dir is private; no cgroups",
+                   user->name, user->switch_user ? "" : " (the gateway cannot switch users)",
+                   shim, config_.executor_work_dir);
+    }
+  }
   core_->SetFreeGpusFn([p = participant_.get()] { return p->FreeGpus(); });
   core_->SetAdExtrasFn([p = participant_.get()] { return p->NodeExtras(); },
                        [p = participant_.get()] { return p->Quotas(); });
@@ -371,7 +393,8 @@ void Gateway::Stop() {
   }
   if (ops_) ops_->Stop();
   if (health_) health_->Stop();
-  if (participant_) participant_->Stop();
+  // Supervised ranks keep running; the restarted gateway re-attaches.
+  if (participant_) participant_->Detach();
   spdlog::info("stopped");
 }
 

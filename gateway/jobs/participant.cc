@@ -57,22 +57,6 @@ constexpr int64_t kFinishedSliceKeepMs = 10 * 60 * 1000;
 
 }  // namespace
 
-// The start time of a process (clock ticks since boot), to tell a rank from
-// an unrelated process that reused its pid.
-std::optional<uint64_t> ProcStartTime(pid_t pid) {
-  std::ifstream f(StrCat("/proc/", pid, "/stat"));
-  std::string stat;
-  if (!std::getline(f, stat)) return std::nullopt;
-  const size_t close = stat.rfind(')');
-  if (close == std::string::npos) return std::nullopt;
-  std::istringstream rest(stat.substr(close + 2));
-  std::string field;
-  for (int i = 3; i <= 22; ++i) {  // field 22 is starttime
-    if (!(rest >> field)) return std::nullopt;
-  }
-  return std::stoull(field);
-}
-
 Participant::Participant(const Config& config, const federation::Clock* clock, Store* store,
                          size_t max_finished)
     : config_(config),
@@ -80,6 +64,8 @@ Participant::Participant(const Config& config, const federation::Clock* clock, S
       max_finished_(max_finished),
       store_(store),
       ledger_(NodeSizes(config)) {
+  // Configs from files always name one (config.cc); tests and tools may not.
+  if (config_.executor_work_dir.empty()) config_.executor_work_dir = config_.data_dir + "/work";
   for (const auto& q : config_.tenants) (void)quota_.SetQuota(q);
 }
 
@@ -96,17 +82,16 @@ void Participant::CleanUpAfterRestart() {
   }
   auto stored = store_ != nullptr ? store_->LoadSlices() : std::vector<StoredSlice>{};
   if (!stored.ok()) return;
-  // The ranks of the last run are stopped below: their usage ends now (at
-  // most the open interval of a crash is counted, never a finished record lost).
-  if (store_ != nullptr) {
-    auto closed = store_->CloseUsage("", 0, clock_->NowMs(), "gateway restarted: ranks stopped");
-    if (closed.ok() && !closed->empty()) {
-      spdlog::info("closed {} usage record(s) of slices that ran before the restart", closed->size());
-      if (on_usage_) on_usage_(*closed);
-    }
-  }
   std::lock_guard lock(mu_);
+  std::set<SliceKey> attached;
   for (const auto& ss : *stored) {
+    // Supervised ranks outlived the gateway: follow them to their end.
+    v1::SliceRecord rec;
+    if (exec_.supervised() && !ss.detail.empty() && rec.ParseFromString(ss.detail) &&
+        ReattachLocked(ss.job_id, ss.attempt, ss.epoch, rec)) {
+      attached.insert({ss.job_id, ss.epoch});
+      continue;
+    }
     Slice s;
     s.key.set_job_id(ss.job_id);
     s.key.set_attempt(ss.attempt);
@@ -138,6 +123,76 @@ void Participant::CleanUpAfterRestart() {
     slices_[{ss.job_id, ss.epoch}] = std::move(s);
     (void)store_->DeleteSlice(ss.job_id, ss.epoch);
   }
+  // Usage of slices that were stopped ends now (at most the open interval
+  // of a crash is counted, never a finished record lost); re-attached ones
+  // stay open until their ranks exit.
+  if (store_ != nullptr) {
+    auto open = store_->ListUsage(0, INT64_MAX, "");
+    std::vector<federation::UsageRecord> closed;
+    if (open.ok()) {
+      for (const auto& r : *open) {
+        if (r.end_ms != 0 || attached.contains({r.job_id, r.epoch})) continue;
+        auto c = store_->CloseUsage(r.job_id, r.epoch, clock_->NowMs(),
+                                    "gateway restarted: ranks stopped");
+        if (c.ok()) closed.insert(closed.end(), c->begin(), c->end());
+      }
+    }
+    if (!closed.empty()) {
+      spdlog::info("closed {} usage record(s) of slices that ran before the restart", closed.size());
+      if (on_usage_) on_usage_(closed);
+    }
+  }
+}
+
+bool Participant::ReattachLocked(const std::string& job_id, uint32_t attempt, uint64_t epoch,
+                                 const v1::SliceRecord& rec) {
+  federation::Hold h;
+  h.job_id = job_id;
+  h.attempt = attempt;
+  h.epoch = epoch;
+  h.coordinator = rec.coordinator();
+  h.tenant = rec.tenant();
+  h.priority = rec.priority();
+  for (const auto& g : rec.gpus()) h.gpus.push_back({g.node(), {g.indices().begin(), g.indices().end()}});
+  const int64_t now = clock_->NowMs();
+  if (auto st = ledger_.Restore(h, now); !st.ok()) {
+    spdlog::error("job {}: cannot re-attach: {}", job_id, std::string(st.message()));
+    return false;
+  }
+  Slice s;
+  s.key.set_job_id(job_id);
+  s.key.set_attempt(attempt);
+  s.key.set_epoch(epoch);
+  s.preemptible = rec.preemptible();
+  s.started_at_ms = rec.started_at_unix_ms();
+  for (const auto& g : h.gpus) s.gpus_by_node[g.node] += g.indices.size();
+  // A fresh lease: the coordinator's renewals find the slice again.
+  s.lease_ms = federation::ClampMs(rec.lease_ms(), 1000, 60 * 60 * 1000);
+  s.lease_deadline_ms = federation::SatAdd(now, s.lease_ms);
+  size_t alive = 0;
+  for (const auto& r : rec.ranks()) {
+    RankProc p;
+    p.rank = r.rank();
+    p.pid = static_cast<pid_t>(r.pid());
+    p.start_time = r.start_time();
+    p.exit_file = r.exit_file();
+    if (auto code = exec_.Poll(p.pid, p.exit_file, p.start_time)) {
+      p.exited = true;
+      p.code = *code;
+    } else {
+      ++alive;
+    }
+    if (!r.preempt_file().empty()) s.preempt_files.push_back(r.preempt_file());
+    s.ranks.push_back(p);
+  }
+  spdlog::info("job {} attempt {}: re-attached to {} rank(s) ({} still running)", job_id, attempt,
+               s.ranks.size(), alive);
+  slices_[{job_id, epoch}] = std::move(s);
+  return true;
+}
+
+std::string Participant::WorkDir(const std::string& job) const {
+  return StrCat(config_.executor_work_dir, "/", job);
 }
 
 Participant::~Participant() { Stop(); }
@@ -171,7 +226,25 @@ void Participant::Start() {
   });
 }
 
+void Participant::Detach() {
+  if (!exec_.supervised()) {
+    Stop();
+    return;
+  }
+  {
+    std::lock_guard lock(mu_);
+    detached_ = true;
+  }
+  if (stop_.exchange(true)) return;
+  if (sweeper_.joinable()) sweeper_.join();
+  spdlog::info("leaving {} slice(s) running under their shims", slices_.size());
+}
+
 void Participant::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (detached_) return;  // supervised ranks were left running on purpose
+  }
   if (stop_.exchange(true)) return;
   if (sweeper_.joinable()) sweeper_.join();
   // Ranks are left running: they stop by themselves when their lease lapses
@@ -738,8 +811,34 @@ absl::StatusOr<v1::CommitResponse> Participant::Commit(const std::string& from,
   for (const auto& g : hold->gpus) s.gpus_by_node[g.node] += g.indices.size();
   s.lease_ms = federation::ClampMs(req.lease_ms(), kMinLeaseMs, kMaxLeaseMs);
   s.lease_deadline_ms = federation::SatAdd(clock_->NowMs(), s.lease_ms);
+  // The job's working directory, its ranks' HOME: theirs, outside data_dir.
+  const std::string work = WorkDir(key.job_id());
+  {
+    std::error_code ec;
+    std::filesystem::create_directories(work, ec);
+    std::filesystem::permissions(work, std::filesystem::perms::owner_all,
+                                 std::filesystem::perm_options::replace, ec);
+    const RankUser& user = exec_.user();
+    if (user.switch_user && ::chown(work.c_str(), user.uid, user.gid) != 0) {
+      return absl::InternalError(StrCat("cannot hand ", work, " to ", user.name, ": ",
+                                        std::strerror(errno)));
+    }
+  }
   std::vector<std::pair<std::string, std::string>> base;
   for (const auto& [k, v] : req.env()) base.emplace_back(k, v);
+  v1::SliceRecord rec;
+  rec.set_coordinator(from);
+  rec.set_tenant(hold->tenant);
+  rec.set_priority(hold->priority);
+  for (const auto& g : hold->gpus) {
+    auto* n = rec.add_gpus();
+    n->set_node(g.node);
+    for (uint32_t i : g.indices) n->add_indices(i);
+  }
+  rec.set_lease_ms(s.lease_ms);
+  rec.set_preemptible(s.preemptible);
+  rec.set_started_at_unix_ms(s.started_at_ms);
+  rec.set_master_port(req.master_port());
   for (int i = 0; i < req.ranks_size(); ++i) {
     const auto& r = req.ranks(i);
     auto env = base;
@@ -755,34 +854,47 @@ absl::StatusOr<v1::CommitResponse> Participant::Commit(const std::string& from,
     env.emplace_back("FEDGATE_SITE", config_.site);
     env.emplace_back("FEDGATE_ATTEMPT", std::to_string(key.attempt()));
     env.emplace_back("FEDGATE_NODE_ADDR", node_addr[r.node()]);
-    // Written with the deadline (Unix seconds) before a preemption's SIGTERM.
+    // Written with the deadline (Unix seconds) before a preemption's SIGTERM,
+    // where the rank can read it (data_dir is not readable to ranks).
     const std::string log = LogPath(key.job_id(), key.attempt(), r.rank());
-    const std::string preempt_file = log.substr(0, log.size() - 4) + ".preempt";
+    const std::string preempt_file =
+        StrCat(work, "/.fedgate-preempt-", key.attempt(), "-", r.rank());
     env.emplace_back("FEDGATE_PREEMPT_FILE", preempt_file);
     s.preempt_files.push_back(preempt_file);
-    RankProcessSpec spec{{req.command().begin(), req.command().end()}, MergeEnv(env), log};
+    RankProcessSpec spec{{req.command().begin(), req.command().end()},
+                         RankEnv(env, work, exec_.user().name), log,
+                         log.substr(0, log.size() - 4) + ".exit", work};
     auto pid = exec_.Launch(spec);
     RankProc p;
     p.rank = r.rank();
+    p.exit_file = spec.exit_file;
     if (!pid.ok()) {
       p.exited = true;
       p.code = 127;
       std::ofstream(spec.log_path, std::ios::app) << "fedgate: " << pid.status().message() << "\n";
     } else {
       p.pid = *pid;
+      p.start_time = ProcStartTime(p.pid).value_or(0);
     }
+    auto* rr = rec.add_ranks();
+    rr->set_rank(p.rank);
+    rr->set_pid(p.pid);
+    rr->set_start_time(p.start_time);
+    rr->set_exit_file(p.exit_file);
+    rr->set_preempt_file(preempt_file);
     s.ranks.push_back(p);
   }
-  spdlog::info("job {} attempt {}: started {} rank(s) here", key.job_id(), key.attempt(),
-               s.ranks.size());
+  spdlog::info("job {} attempt {}: started {} rank(s) here as {}", key.job_id(), key.attempt(),
+               s.ranks.size(), exec_.user().name);
   if (store_ != nullptr) {
     std::string procs;
     for (const auto& p : s.ranks) {
       if (p.pid <= 0) continue;
-      procs += StrCat(procs.empty() ? "" : ",", p.rank, ":", p.pid, ":",
-                      ProcStartTime(p.pid).value_or(0));
+      procs += StrCat(procs.empty() ? "" : ",", p.rank, ":", p.pid, ":", p.start_time);
     }
-    if (auto st = store_->PutSlice({key.job_id(), key.attempt(), key.epoch(), procs}); !st.ok()) {
+    if (auto st = store_->PutSlice({key.job_id(), key.attempt(), key.epoch(), procs,
+                                    rec.SerializeAsString()});
+        !st.ok()) {
       spdlog::error("cannot record the ranks of job {}: {}", key.job_id(),
                     std::string(st.message()));
     }
@@ -950,7 +1062,7 @@ void Participant::Sweep() {
       bool all_exited = true, any_failed = false;
       for (auto& r : s.ranks) {
         if (!r.exited) {
-          if (auto code = exec_.Poll(r.pid)) {
+          if (auto code = exec_.Poll(r.pid, r.exit_file, r.start_time)) {
             r.exited = true;
             r.code = *code;
             spdlog::info("job {} rank {} exited with {}", job, r.rank, r.code);

@@ -44,8 +44,15 @@ class Participant {
   Participant(const Config& config, const federation::Clock* clock, Store* store,
               size_t max_finished = 512);
   ~Participant();
+  // Who ranks run as and the shim that supervises them (before Start);
+  // without a shim, ranks are the gateway's children and die with it.
+  void SetExecutor(std::string shim, RankUser user) { exec_.Configure(std::move(shim), std::move(user)); }
   void Start();
+  // Stops the sweeper and every rank.
   void Stop();
+  // Stops the sweeper but leaves supervised ranks running (a gateway
+  // SIGTERM): the restarted gateway re-attaches to them.
+  void Detach();
   // Called (without locks) whenever free GPUs change, to re-advertise.
   void SetOnCapacityChange(std::function<void()> fn) { on_change_ = std::move(fn); }
   // Called (under the participant's lock) with usage records as they close.
@@ -110,6 +117,8 @@ class Participant {
   struct RankProc {
     uint32_t rank = 0;
     pid_t pid = -1;
+    uint64_t start_time = 0;  // of pid, from /proc
+    std::string exit_file;    // written by its shim
     bool exited = false;
     int code = 0;
   };
@@ -133,6 +142,11 @@ class Participant {
   };
   using SliceKey = std::pair<std::string, uint64_t>;  // job id, epoch
   void CleanUpAfterRestart();
+  // Re-attaches to a slice stored before a restart; false when it cannot
+  // (then its ranks are stopped).
+  bool ReattachLocked(const std::string& job_id, uint32_t attempt, uint64_t epoch,
+                      const v1::SliceRecord& rec);
+  std::string WorkDir(const std::string& job) const;
   v1::NodeView NodeLocked(const federation::Node& n) const;
   const federation::Node* FindNode(const std::string& name) const;
   void StopSliceLocked(Slice* s, const std::string& why, int64_t grace_ms = 0);
@@ -161,6 +175,7 @@ class Participant {
   std::function<void()> on_change_;
   std::function<void(const std::vector<federation::UsageRecord>&)> on_usage_;
   std::atomic<bool> stop_{false};
+  bool detached_ = false;
   std::thread sweeper_;
 };
 

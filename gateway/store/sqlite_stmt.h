@@ -95,4 +95,11 @@ inline std::string ColText(sqlite3_stmt* s, int i) {
            : "";
 }
 
+// Column `i` of the current row as bytes ("" for NULL).
+inline std::string ColBlob(sqlite3_stmt* s, int i) {
+  const void* b = sqlite3_column_blob(s, i);
+  return b ? std::string(static_cast<const char*>(b), static_cast<size_t>(sqlite3_column_bytes(s, i)))
+           : "";
+}
+
 }  // namespace fedgate::gateway

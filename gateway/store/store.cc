@@ -49,6 +49,9 @@ const char* const kMigrations[] = {
     "                    start_ms INTEGER NOT NULL, end_ms INTEGER NOT NULL, reason TEXT NOT NULL,"
     "                    PRIMARY KEY (job_id, epoch, node));"
     "CREATE INDEX usage_by_end ON usage(end_ms);",
+    // 9: what a restarted gateway needs to re-attach to a slice's ranks
+    // (a serialized SliceRecord; empty for rows written before).
+    "ALTER TABLE slices ADD COLUMN detail BLOB NOT NULL DEFAULT x'';",
 };
 
 }  // namespace
@@ -58,6 +61,13 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& data_dir) 
   std::filesystem::create_directories(data_dir, ec);
   if (ec) {
     return absl::InternalError(fedgate::StrCat("cannot create data_dir ", data_dir, ": ", ec.message()));
+  }
+  // The store, logs and state files are the gateway's alone: ranks (another
+  // user) must not read them.
+  std::filesystem::permissions(data_dir, std::filesystem::perms::owner_all,
+                               std::filesystem::perm_options::replace, ec);
+  if (ec) {
+    return absl::InternalError(fedgate::StrCat("cannot make data_dir ", data_dir, " private: ", ec.message()));
   }
   const std::string path = data_dir + "/fedgate.db";
   sqlite3* db = nullptr;
@@ -191,14 +201,15 @@ absl::Status Store::DeletePeer(const std::string& site) {
 absl::Status Store::PutSlice(const StoredSlice& s) {
   std::lock_guard lock(mu_);
   SqlStmt st(db_,
-          "INSERT INTO slices(job_id, attempt, epoch, procs) VALUES(?1, ?2, ?3, ?4) "
+          "INSERT INTO slices(job_id, attempt, epoch, procs, detail) VALUES(?1, ?2, ?3, ?4, ?5) "
           "ON CONFLICT(job_id, epoch) DO UPDATE SET attempt=excluded.attempt, "
-          "procs=excluded.procs;");
+          "procs=excluded.procs, detail=excluded.detail;");
   if (!st.ok()) return absl::InternalError(sqlite3_errmsg(db_));
   st.Text(1, s.job_id);
   st.Int(2, static_cast<int64_t>(s.attempt));
   st.Int(3, static_cast<int64_t>(s.epoch));
   st.Text(4, s.procs);
+  st.Blob(5, s.detail);
   if (sqlite3_step(st.get()) != SQLITE_DONE) return absl::InternalError(sqlite3_errmsg(db_));
   return absl::OkStatus();
 }
@@ -215,12 +226,13 @@ absl::Status Store::DeleteSlice(const std::string& job_id, uint64_t epoch) {
 
 absl::StatusOr<std::vector<StoredSlice>> Store::LoadSlices() {
   std::lock_guard lock(mu_);
-  SqlStmt st(db_, "SELECT job_id, attempt, epoch, procs FROM slices;");
+  SqlStmt st(db_, "SELECT job_id, attempt, epoch, procs, detail FROM slices;");
   if (!st.ok()) return absl::InternalError(sqlite3_errmsg(db_));
   std::vector<StoredSlice> out;
   while (sqlite3_step(st.get()) == SQLITE_ROW) {
     out.push_back({ColText(st.get(), 0), static_cast<uint32_t>(sqlite3_column_int64(st.get(), 1)),
-                   static_cast<uint64_t>(sqlite3_column_int64(st.get(), 2)), ColText(st.get(), 3)});
+                   static_cast<uint64_t>(sqlite3_column_int64(st.get(), 2)), ColText(st.get(), 3),
+                   ColBlob(st.get(), 4)});
   }
   return out;
 }

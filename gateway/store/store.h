@@ -28,6 +28,7 @@ struct StoredSlice {
   uint32_t attempt = 0;
   uint64_t epoch = 0;
   std::string procs;  // "rank:pid:starttime" entries, comma separated
+  std::string detail;  // serialized v1::SliceRecord ("" in rows from before)
 };
 
 class Store {

@@ -58,7 +58,7 @@ TEST_F(GovernanceTest, QuotaAtTheHomeSiteHoldsAcrossTwoCoordinators) {
   ASSERT_TRUE(Eventually([&] { return fed_.Converged({"site-a", "site-b", "site-c"}); }, 15000));
   ASSERT_TRUE(Eventually([&] { return Alice("site-b", {"quota", "get"}).exit_code == 0; }, 10000))
       << "site-b learns vision's quota from site-a's ad";
-  const std::string spans = tmp_ / "spans.txt";
+  const std::string spans = fed_.shared_dir() + "/spans.txt";
   std::vector<std::string> ids(3);
   std::vector<std::thread> submit;
   for (int i = 0; i < 3; ++i) {

@@ -75,7 +75,7 @@ TEST_F(LifecycleTest, CancelWhileAParticipantIsFrozenInPrepareStartsNoRank) {
   AddSite("site-b", {"site-a"}, 4, "12s");
   fed_.StartAll();
   ASSERT_TRUE(Eventually([&] { return fed_.Converged({"site-a", "site-b"}); }, 15000));
-  const std::string marker = tmp_ / "rank-started";
+  const std::string marker = fed_.shared_dir() + "/rank-started";
   v1::JobSpec spec;
   spec.set_name("never");
   spec.set_gpus(6);  // needs both sites

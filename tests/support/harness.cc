@@ -122,6 +122,36 @@ TestFederation::~TestFederation() {
       s.proc->Signal(SIGKILL);
     }
   }
+  // Ranks run under shims that outlive their gateway: end the ones of this
+  // federation (their working directory is under its work root), by group.
+  const std::string root = work_root();
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::error_code le;
+    const std::string cwd = std::filesystem::read_symlink(e.path() / "cwd", le).string();
+    if (le || cwd.rfind(root + "/", 0) != 0) continue;
+    const pid_t pid = std::stoi(name);
+    const pid_t group = ::getpgid(pid);
+    if (group > 1) ::kill(-group, SIGKILL);
+    ::kill(pid, SIGKILL);
+  }
+  std::filesystem::remove_all(root, ec);
+}
+
+std::string TestFederation::work_root() const {
+  return "/var/tmp/fedgate-test-work/" +
+         std::filesystem::path(std::string(tmp_.path())).filename().string();
+}
+
+std::string TestFederation::shared_dir() {
+  const std::string dir = work_root() + "/shared";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  std::filesystem::permissions(dir, std::filesystem::perms::all | std::filesystem::perms::sticky_bit,
+                               std::filesystem::perm_options::replace, ec);
+  return dir;
 }
 
 void TestFederation::AddSite(const SiteOptions& opts) {
@@ -172,6 +202,11 @@ void TestFederation::WriteConfig(const std::string& site) {
   y << "bench: {probe_duration: " << s.opts.probe_duration
     << ", probe_on_peer_up: " << (s.opts.probe_on_peer_up ? "true" : "false") << "}\n";
   if (!s.opts.jobs_lease.empty()) y << "jobs: {lease: " << s.opts.jobs_lease << "}\n";
+  // Ranks cannot enter the test's private temp dir: their folders live
+  // under a work root of this federation (cleaned up by the destructor).
+  if (s.opts.extra_yaml.find("executor:") == std::string::npos) {
+    y << "executor: {work_dir: " << work_root() << "/" << site << "}\n";
+  }
   y << s.opts.extra_yaml;
   WriteText(tmp_ / (site + "/fedgate.yaml"), y.str());
 }

@@ -78,6 +78,11 @@ class TestFederation {
   int http_port(const std::string& site);
   pid_t pid(const std::string& site) const { return sites_.at(site).proc->pid(); }
   std::string dir(const std::string& site) const { return tmp_ / site; }
+  // Where this federation's ranks get their job folders.
+  std::string work_root() const;
+  // A folder every rank may write to (sticky, world-writable), for tests
+  // whose ranks leave files behind.
+  std::string shared_dir();
   std::string log(const std::string& site) const { return ReadText(tmp_ / (site + "/fedgate.log")); }
   const TlsFiles& admin_tls(const std::string& site) const { return sites_.at(site).admin; }
   std::string admin_tls_dir(const std::string& site) const { return tmp_ / (site + "/admin"); }

@@ -93,7 +93,7 @@ TEST_F(ParticipantGovernanceTest, PreemptsOnlyOldEnoughSpotSlicesAndKeepsTheirGp
   ASSERT_EQ(pre.status().code(), absl::StatusCode::kUnavailable) << pre.status();
   EXPECT_NE(pre.status().message().find("preempting 1 slice(s) (" + spot + ")"), std::string::npos)
       << pre.status();
-  const std::string file = tmp_ / ("jobs/" + spot + "/attempt-1/rank-0.preempt");
+  const std::string file = tmp_ / ("work/" + spot + "/.fedgate-preempt-1-0");
   EXPECT_EQ(std::stoll(testing::ReadText(file)), (clock_.NowMs() + 1000) / 1000)
       << "the deadline: now + grace, Unix seconds";
   v1::SliceStatusRequest sq;

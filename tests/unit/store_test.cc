@@ -15,7 +15,7 @@ TEST(Store, PeersAndKvSurviveReopen) {
   {
     auto store = Store::Open(dir / "data");
     ASSERT_TRUE(store.ok()) << store.status();
-    EXPECT_EQ((*store)->schema_version(), 8);
+    EXPECT_EQ((*store)->schema_version(), 9);
     ASSERT_TRUE((*store)->UpsertPeer({"cn-shanghai", "h:1", 5}).ok());
     ASSERT_TRUE((*store)->UpsertPeer({"cn-shanghai", "h:2", 6}).ok());
     ASSERT_TRUE((*store)->UpsertPeer({"cn-shenzhen", "h:3", 7}).ok());
@@ -40,9 +40,9 @@ TEST(Store, SlicesOfOneJobAreKeptPerEpoch) {
   TempDir dir;
   auto store = Store::Open(dir / "data");
   ASSERT_TRUE(store.ok()) << store.status();
-  ASSERT_TRUE((*store)->PutSlice({"j-00000000000000aa", 1, 10, "0:100:5"}).ok());
-  ASSERT_TRUE((*store)->PutSlice({"j-00000000000000aa", 2, 20, "0:200:6"}).ok());
-  ASSERT_TRUE((*store)->PutSlice({"j-00000000000000aa", 2, 20, "0:201:7"}).ok());  // update
+  ASSERT_TRUE((*store)->PutSlice({"j-00000000000000aa", 1, 10, "0:100:5", ""}).ok());
+  ASSERT_TRUE((*store)->PutSlice({"j-00000000000000aa", 2, 20, "0:200:6", ""}).ok());
+  ASSERT_TRUE((*store)->PutSlice({"j-00000000000000aa", 2, 20, "0:201:7", std::string("\0binary", 7)}).ok());  // update
   ASSERT_TRUE((*store)->DeleteSlice("j-00000000000000aa", 10).ok());
   auto left = (*store)->LoadSlices();
   ASSERT_TRUE(left.ok());
@@ -50,6 +50,7 @@ TEST(Store, SlicesOfOneJobAreKeptPerEpoch) {
   EXPECT_EQ((*left)[0].epoch, 20u);
   EXPECT_EQ((*left)[0].attempt, 2u);
   EXPECT_EQ((*left)[0].procs, "0:201:7");
+  EXPECT_EQ((*left)[0].detail, std::string("\0binary", 7)) << "the re-attach record, byte for byte";
 }
 
 TEST(Store, UsesWalAndRefusesANewerSchema) {

@@ -1,0 +1,3 @@
+#include "gateway/exec/shim.h"
+
+int main(int argc, char** argv) { return fedgate::gateway::ShimMain(argc, argv); }

@@ -1,0 +1,81 @@
+#include "gateway/exec/shim.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace fedgate::gateway {
+namespace {
+
+void Ignore(int) {}
+
+// Atomically: a reader sees no file or the whole code.
+void WriteExit(const std::string& path, int code) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return;
+  const std::string text = std::to_string(code) + "\n";
+  (void)!::write(fd, text.data(), text.size());
+  ::fsync(fd);
+  ::close(fd);
+  ::rename(tmp.c_str(), path.c_str());
+}
+
+}  // namespace
+
+int ShimMain(int argc, char** argv) {
+  if (argc < 7 || std::string(argv[5]) != "--") {
+    std::fprintf(stderr, "usage: fedgate-shim EXIT_FILE UID GID WORKDIR -- ARGV...\n");
+    return 2;
+  }
+  const std::string exit_file = argv[1];
+  const bool switch_user = std::string(argv[2]) != "-";
+  const uid_t uid = switch_user ? static_cast<uid_t>(std::strtoul(argv[2], nullptr, 10)) : 0;
+  const gid_t gid = switch_user ? static_cast<gid_t>(std::strtoul(argv[3], nullptr, 10)) : 0;
+  const std::string workdir = argv[4];
+  struct sigaction sa {};
+  sa.sa_handler = Ignore;  // a handler, not SIG_IGN: the rank must not inherit it
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaction(sig, &sa, nullptr);
+  const pid_t child = ::fork();
+  if (child < 0) {
+    std::fprintf(stderr, "fedgate-shim: fork: %s\n", std::strerror(errno));
+    WriteExit(exit_file, 127);
+    return 127;
+  }
+  if (child == 0) {
+    if (switch_user &&
+        (::setgroups(0, nullptr) != 0 || ::setgid(gid) != 0 || ::setuid(uid) != 0)) {
+      std::fprintf(stderr, "fedgate-shim: cannot run as uid %u: %s\n", uid, std::strerror(errno));
+      ::_exit(126);
+    }
+    if (switch_user && ::setuid(0) == 0) {
+      std::fprintf(stderr, "fedgate-shim: still able to become root; refusing to run\n");
+      ::_exit(126);
+    }
+    if (!workdir.empty() && ::chdir(workdir.c_str()) != 0) {
+      std::fprintf(stderr, "fedgate-shim: cannot enter %s: %s\n", workdir.c_str(),
+                   std::strerror(errno));
+      ::_exit(126);
+    }
+    ::execvp(argv[6], argv + 6);
+    std::fprintf(stderr, "fedgate: cannot start \"%s\": %s\n", argv[6], std::strerror(errno));
+    ::_exit(127);
+  }
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  WriteExit(exit_file, code);
+  return code;
+}
+
+}  // namespace fedgate::gateway
