@@ -1,0 +1,103 @@
+// The process executor with real gateways: ranks are isolated from the
+// gateway (user, environment, files) and outlive gateway restarts.
+// Needs root (as CI is): only root can run ranks as another user.
+#include <gtest/gtest.h>
+#include <pwd.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "tests/support/jobs_fixture.h"
+
+namespace fedgate::testing {
+namespace {
+
+class BackendTest : public JobsTest {
+ protected:
+  std::string RankLog(const std::string& site, const std::string& id, int attempt, int rank) {
+    return ReadText(fed_.dir(site) + "/data/jobs/" + id + "/attempt-" + std::to_string(attempt) +
+                    "/rank-" + std::to_string(rank) + ".log");
+  }
+};
+
+TEST_F(BackendTest, RanksRunUnprivilegedWithoutTheGatewaysSecretsOrEnvironment) {
+  ASSERT_EQ(::geteuid(), 0u) << "this test runs ranks as another user: run it as root (CI does)";
+  const passwd* rank_user = ::getpwnam("fedgate-rank");
+  ASSERT_NE(rank_user, nullptr) << "deploy/deps.sh adds the fedgate-rank user";
+  AddSite("site-a", {}, 1);
+  fed_.Start("site-a", {"FEDGATE_TEST_SECRET=hunter2"});
+  ASSERT_TRUE(fed_.WaitReady("site-a"));
+  const std::string key = fed_.dir("site-a") + "/tls/key.pem";
+  const std::string db = fed_.dir("site-a") + "/data/fedgate.db";
+  const std::string id = Submit(
+      "site-a", "name: probe\ngpus: 1\nenv: {MINE: yes}\ncommand: [sh, -c, 'echo uid=$(id -u); "
+                "echo secret=$FEDGATE_TEST_SECRET mine=$MINE; echo home=$HOME pwd=$(pwd); "
+                "cat " + key + " >/dev/null 2>&1 && echo READ-KEY; cat " + db +
+                " >/dev/null 2>&1 && echo READ-STORE; ls " + fed_.dir("site-a") +
+                "/data >/dev/null 2>&1 && echo LIST-DATA; echo end']\n");
+  ASSERT_TRUE(WaitState("site-a", id, v1::Job::SUCCEEDED, 20000)) << Get("site-a", id).reason();
+  const std::string log = RankLog("site-a", id, 1, 0);
+  EXPECT_NE(log.find("uid=" + std::to_string(rank_user->pw_uid) + "\n"), std::string::npos) << log;
+  EXPECT_NE(log.find("secret= mine=yes"), std::string::npos)
+      << "only the spec's env reaches the rank, not the gateway's: " << log;
+  const std::string work = fed_.work_root() + "/site-a/" + id;
+  EXPECT_NE(log.find("home=" + work + " pwd=" + work), std::string::npos) << log;
+  EXPECT_EQ(log.find("READ-KEY"), std::string::npos) << log;
+  EXPECT_EQ(log.find("READ-STORE"), std::string::npos) << log;
+  EXPECT_EQ(log.find("LIST-DATA"), std::string::npos) << log;
+  EXPECT_NE(log.find("end"), std::string::npos) << log;
+  EXPECT_NE(fed_.log("site-a").find("isolation: ranks run as fedgate-rank"), std::string::npos);
+}
+
+TEST_F(BackendTest, RanksOutliveKillNineAndSigtermOfBothGateways) {
+  SiteOptions a, b;
+  for (auto* o : {&a, &b}) {
+    const bool is_a = o == &a;
+    o->site = is_a ? "site-a" : "site-b";
+    o->peers = {is_a ? "site-b" : "site-a"};
+    o->node_lines = {"{name: " + o->site + "-n1, address: 127.0.0.1, gpu_model: A100-80GB, gpus: 2}"};
+    o->jobs_lease = "10s";
+    fed_.AddSite(*o);
+  }
+  fed_.StartAll();
+  ASSERT_TRUE(Eventually([&] { return fed_.Converged({"site-a", "site-b"}); }, 15000));
+  const std::string id =
+      Submit("site-a", "name: long\ngpus: 4\ncommand: [sh, -c, 'for i in $(seq 1 16); do echo "
+                       "tick $i; sleep 0.5; done; echo done']\n");
+  ASSERT_TRUE(WaitState("site-a", id, v1::Job::RUNNING, 20000)) << Get("site-a", id).reason();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  // kill -9 of the participant and of the coordinator, then both back.
+  fed_.Kill("site-b");
+  fed_.Kill("site-a");
+  ASSERT_TRUE(fed_.WaitExit("site-a", 5000).has_value());
+  ASSERT_TRUE(fed_.WaitExit("site-b", 5000).has_value());
+  fed_.Start("site-b");
+  fed_.Start("site-a");
+  ASSERT_TRUE(fed_.WaitReady("site-a") && fed_.WaitReady("site-b"));
+  EXPECT_NE(fed_.log("site-b").find("re-attached to 2 rank(s)"), std::string::npos)
+      << fed_.log("site-b");
+  // SIGTERM drains and exits 0, leaving the ranks alone.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  EXPECT_EQ(fed_.Stop("site-b"), 0);
+  fed_.Start("site-b");
+  ASSERT_TRUE(fed_.WaitReady("site-b"));
+  ASSERT_TRUE(WaitState("site-a", id, v1::Job::SUCCEEDED, 30000)) << Get("site-a", id).reason();
+  EXPECT_EQ(Get("site-a", id).attempt(), 1u) << "never restarted";
+  for (int r = 0; r < 4; ++r) {
+    auto logs = Alice("site-a", {"jobs", "logs", id, "--rank", std::to_string(r)});
+    ASSERT_EQ(logs.exit_code, 0) << logs.err;
+    for (int i = 1; i <= 16; ++i) {
+      EXPECT_NE(logs.out.find("tick " + std::to_string(i) + "\n"), std::string::npos)
+          << "rank " << r << " tick " << i << ": " << logs.out;
+    }
+    EXPECT_NE(logs.out.find("done"), std::string::npos) << logs.out;
+  }
+  // Every GPU is free again on both sides.
+  EXPECT_TRUE(Eventually([&] { return Free("site-a", "site-a") == 2 && Free("site-a", "site-b") == 2; },
+                         10000));
+}
+
+}  // namespace
+}  // namespace fedgate::testing
