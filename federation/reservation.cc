@@ -133,7 +133,7 @@ absl::StatusOr<Hold> ReservationLedger::Prepare(const std::string& job_id, uint3
                                                 uint64_t epoch, const HoldOwner& owner,
                                                 const std::vector<NodeRequest>& want,
                                                 int64_t now_ms, int64_t ttl_ms,
-                                                std::vector<HoldKey>* stopped) {
+                                                std::vector<HoldKey>* stopped, bool want_port) {
   if (auto st = CheckOwner(job_id, owner.coordinator); !st.ok()) return st;
   if (auto st = CheckEpoch(job_id, epoch); !st.ok()) return st;
   if (const Hold* same = Find(job_id, epoch)) {
@@ -177,6 +177,25 @@ absl::StatusOr<Hold> ReservationLedger::Prepare(const std::string& job_id, uint3
           StrCat("node ", node, " has ", free, " free GPU(s), ", n, " asked"));
     }
   }
+  // The next port of the range no other live hold has (round robin, so a
+  // port just given back is not handed out again at once).
+  uint32_t port = 0;
+  if (want_port) {
+    std::set<uint32_t> used;
+    for (const auto& [key, h] : holds_) {
+      if (key.first != job_id || h.state != HoldState::kPrepared) used.insert(h.master_port);
+    }
+    const uint32_t span = port_hi_ - port_lo_ + 1;
+    for (uint32_t i = 0; i < span && port == 0; ++i) {
+      const uint32_t p = port_lo_ + (next_port_ - port_lo_ + i) % span;
+      if (!used.contains(p)) port = p;
+    }
+    if (port == 0) {
+      return absl::ResourceExhaustedError(StrCat("no free MASTER_PORT in ", port_lo_, "-", port_hi_,
+                                                 " (executor.port_range)"));
+    }
+    next_port_ = port == port_hi_ ? port_lo_ : port + 1;
+  }
   for (const auto& k : replaced) holds_.erase(k);
   for (const auto& [node, n] : asked) {
     if (auto e = earmarks_.find(node); e != earmarks_.end()) {
@@ -206,6 +225,7 @@ absl::StatusOr<Hold> ReservationLedger::Prepare(const std::string& job_id, uint3
   h.priority = owner.priority;
   h.state = HoldState::kPrepared;
   h.expires_at_ms = SatAdd(now_ms, ttl_ms);
+  h.master_port = port;
   for (const auto& [node, n] : asked) {
     NodeGpus g{node, {}};
     for (uint32_t i = 0; i < nodes_[node] && g.indices.size() < n; ++i) {

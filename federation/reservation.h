@@ -42,6 +42,7 @@ struct Hold {
   HoldState state = HoldState::kPrepared;
   int64_t expires_at_ms = 0;  // for kPrepared
   std::vector<NodeGpus> gpus;
+  uint32_t master_port = 0;  // held for rank 0 when asked (0 = none)
 };
 
 // Who prepares: the coordinator's site and the job's tenant.
@@ -57,6 +58,13 @@ class ReservationLedger {
 
   // node name -> GPU count.
   explicit ReservationLedger(std::map<std::string, uint32_t> nodes);
+  // MASTER_PORTs are held like GPUs, from this range (executor.port_range),
+  // one per hold that asks: no two live holds of the site share one.
+  void SetPortRange(uint32_t lo, uint32_t hi) {
+    port_lo_ = lo;
+    port_hi_ = hi;
+    next_port_ = lo;
+  }
 
   // PERMISSION_DENIED unless `coordinator` owns the job here (or nobody does
   // yet). Every entry point below checks it first.
@@ -70,7 +78,7 @@ class ReservationLedger {
   absl::StatusOr<Hold> Prepare(const std::string& job_id, uint32_t attempt, uint64_t epoch,
                                const HoldOwner& owner, const std::vector<NodeRequest>& want,
                                int64_t now_ms, int64_t ttl_ms,
-                               std::vector<HoldKey>* stopped = nullptr);
+                               std::vector<HoldKey>* stopped = nullptr, bool want_port = false);
   // Makes a prepared hold committed. Idempotent; NOT_FOUND when there is no
   // live hold of that epoch (expired, aborted, or never prepared).
   absl::StatusOr<Hold> Commit(const std::string& job_id, uint32_t attempt, uint64_t epoch,
@@ -148,6 +156,7 @@ class ReservationLedger {
   // node -> job -> (GPUs, until ms)
   std::map<std::string, std::map<std::string, std::pair<uint32_t, int64_t>>> earmarks_;
   uint32_t RawFree(const std::string& node) const;
+  uint32_t port_lo_ = 29500, port_hi_ = 29999, next_port_ = 29500;
 };
 
 }  // namespace fedgate::federation

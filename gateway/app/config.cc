@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <yaml-cpp/yaml.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -360,7 +361,19 @@ Config Walk(const YAML::Node& root, const std::string& base_dir, const Walker& w
   }
   if (root["executor"]) {
     const auto& e = root["executor"];
-    w.ExpectKeys(e, "executor", {"kind", "run_as", "work_dir"});
+    w.ExpectKeys(e, "executor", {"kind", "run_as", "work_dir", "port_range"});
+    if (e["port_range"]) {
+      const std::string r = w.Str(e["port_range"], "executor.port_range");
+      unsigned lo = 0, hi = 0;
+      char tail = 0;
+      if (std::sscanf(r.c_str(), "%u-%u%c", &lo, &hi, &tail) != 2 || lo < 1024 || hi > 65535 ||
+          lo > hi) {
+        w.Fail(e["port_range"], fedgate::StrCat("\"executor.port_range\": want LO-HI within "
+                                                "1024-65535, got \"", r, "\""));
+      }
+      c.executor_port_lo = lo;
+      c.executor_port_hi = hi;
+    }
     if (e["kind"]) c.executor_kind = w.Str(e["kind"], "executor.kind");
     if (e["run_as"]) c.executor_run_as = w.Str(e["run_as"], "executor.run_as");
     if (c.executor_run_as == "root" || c.executor_run_as == "0") {

@@ -46,6 +46,8 @@ struct Config {
   // /var/tmp/fedgate-work/<site>; it must not be inside data_dir).
   std::string executor_run_as = "fedgate-rank";
   std::string executor_work_dir;
+  // MASTER_PORTs are held from this range, like GPUs (executor.port_range).
+  uint32_t executor_port_lo = 29500, executor_port_hi = 29999;
   // How long a committed slice runs without hearing from its coordinator
   // (jobs.lease; default max(3s, 5 advertise intervals)).
   int64_t jobs_lease_ms = 0;

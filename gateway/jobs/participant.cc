@@ -1,10 +1,8 @@
 #include "gateway/jobs/participant.h"
 #include "gateway/jobs/retention.h"
 
-#include <netinet/in.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
-#include <sys/socket.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -37,19 +35,6 @@ std::map<std::string, uint32_t> NodeSizes(const Config& c) {
   return out;
 }
 
-// A port that is free on this host right now; rank 0 binds it itself.
-uint32_t PickFreePort() {
-  int fd = ::socket(AF_INET6, SOCK_STREAM, 0);
-  sockaddr_in6 a{};
-  a.sin6_family = AF_INET6;
-  a.sin6_addr = in6addr_any;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin6_port);
-}
-
 constexpr int64_t kKillGraceMs = 3000;
 // How long a finished slice's state stays answerable, and its job's epoch
 // and owner remembered.
@@ -66,6 +51,7 @@ Participant::Participant(const Config& config, const federation::Clock* clock, S
       ledger_(NodeSizes(config)) {
   // Configs from files always name one (config.cc); tests and tools may not.
   if (config_.executor_work_dir.empty()) config_.executor_work_dir = config_.data_dir + "/work";
+  ledger_.SetPortRange(config_.executor_port_lo, config_.executor_port_hi);
   for (const auto& q : config_.tenants) (void)quota_.SetQuota(q);
 }
 
@@ -154,6 +140,7 @@ bool Participant::ReattachLocked(const std::string& job_id, uint32_t attempt, ui
   h.tenant = rec.tenant();
   h.priority = rec.priority();
   for (const auto& g : rec.gpus()) h.gpus.push_back({g.node(), {g.indices().begin(), g.indices().end()}});
+  h.master_port = rec.master_port();
   const int64_t now = clock_->NowMs();
   if (auto st = ledger_.Restore(h, now); !st.ok()) {
     spdlog::error("job {}: cannot re-attach: {}", job_id, std::string(st.message()));
@@ -634,7 +621,8 @@ absl::StatusOr<v1::PrepareResponse> Participant::Prepare(const std::string& from
     const int64_t now = clock_->NowMs();
     std::vector<federation::ReservationLedger::HoldKey> stopped;
     auto hold = ledger_.Prepare(key.job_id(), key.attempt(), key.epoch(),
-                                {from, req.tenant(), req.priority()}, want, now, ttl, &stopped);
+                                {from, req.tenant(), req.priority()}, want, now, ttl, &stopped,
+                                req.pick_master_port());
     if (!quota_gpus.empty() && !hold.ok()) {
       (void)quota_.Abort(key.job_id(), key.epoch(), from);
     }
@@ -654,13 +642,13 @@ absl::StatusOr<v1::PrepareResponse> Participant::Prepare(const std::string& from
         h->set_node(g.node);
         for (uint32_t i : g.indices) h->add_indices(i);
       }
+      resp.set_master_port(hold->master_port);
     }
   }
   if (!preempting.ok()) {
     if (on_change_) on_change_();  // victims leave the preemptible count
     return preempting;
   }
-  if (req.pick_master_port()) resp.set_master_port(PickFreePort());
   CrashPoint("participant-after-prepare");
   spdlog::info("job {} attempt {} epoch {}: holding GPUs for {}", key.job_id(), key.attempt(),
                key.epoch(), from);
@@ -838,7 +826,7 @@ absl::StatusOr<v1::CommitResponse> Participant::Commit(const std::string& from,
   rec.set_lease_ms(s.lease_ms);
   rec.set_preemptible(s.preemptible);
   rec.set_started_at_unix_ms(s.started_at_ms);
-  rec.set_master_port(req.master_port());
+  rec.set_master_port(hold->master_port);
   for (int i = 0; i < req.ranks_size(); ++i) {
     const auto& r = req.ranks(i);
     auto env = base;

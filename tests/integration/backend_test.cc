@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <set>
 #include <thread>
 
 #include "tests/support/jobs_fixture.h"
@@ -97,6 +98,28 @@ TEST_F(BackendTest, RanksOutliveKillNineAndSigtermOfBothGateways) {
   // Every GPU is free again on both sides.
   EXPECT_TRUE(Eventually([&] { return Free("site-a", "site-a") == 2 && Free("site-a", "site-b") == 2; },
                          10000));
+}
+
+TEST_F(BackendTest, ConcurrentJobsNeverShareAMasterPort) {
+  AddSite("site-a", {}, 4, "A100-80GB", "executor: {port_range: 31000-31003, work_dir: " +
+                                            fed_.work_root() + "/site-a}\n");
+  fed_.StartAll();
+  ASSERT_TRUE(fed_.WaitReady("site-a"));
+  std::vector<std::string> ids;
+  for (int i = 0; i < 4; ++i) {
+    ids.push_back(Submit("site-a", "name: p\ngpus: 1\ncommand: [sh, -c, 'echo port=$MASTER_PORT; "
+                                   "sleep 2']\n"));
+  }
+  std::set<std::string> ports;
+  for (const auto& id : ids) {
+    ASSERT_TRUE(WaitState("site-a", id, v1::Job::SUCCEEDED, 20000)) << Get("site-a", id).reason();
+    const std::string log = RankLog("site-a", id, 1, 0);
+    const size_t at = log.find("port=");
+    ASSERT_NE(at, std::string::npos) << log;
+    ports.insert(log.substr(at + 5, 5));
+  }
+  EXPECT_EQ(ports, (std::set<std::string>{"31000", "31001", "31002", "31003"}))
+      << "four jobs at once, four ports of the range";
 }
 
 }  // namespace

@@ -65,7 +65,7 @@ TEST_F(ConfigTest, AcceptsEveryKeyOfTheDesignExample) {
       "peers:\n  - {site: cn-shanghai, endpoint: sh.example:7443}\n"
       "advertise: {interval: 2s, ttl: 10s}\n"
       "bench: {probe_interval: 10m, probe_duration: 3s}\n"
-      "executor: {kind: process}\n"
+      "executor: {kind: process, run_as: fedgate-rank, port_range: 30000-30099}\n"
       "retention: {logs: 7d, jobs: 30d}\n"
       "health: {command: /usr/local/bin/gpu-health, interval: 10s}\n"
       "pricing: {A100-80GB: {guaranteed: 2.50, spot: 0.90}}\n"
@@ -74,6 +74,9 @@ TEST_F(ConfigTest, AcceptsEveryKeyOfTheDesignExample) {
       "preemption: {grace: 30s, min_runtime: 0s}\n");
   ASSERT_TRUE(c.ok()) << c.status();
   ASSERT_EQ(c->tenants.size(), 1u);
+  EXPECT_EQ(c->executor_port_lo, 30000u);
+  EXPECT_EQ(c->executor_port_hi, 30099u);
+  EXPECT_EQ(c->executor_work_dir, "/var/tmp/fedgate-work/cn-beijing");
   EXPECT_EQ(c->tenants[0].tenant, "team-a");
   EXPECT_EQ(c->tenants[0].gpus, 16u);
   EXPECT_EQ(c->tenants[0].models.at("A100-80GB"), 8u);
@@ -139,6 +142,9 @@ TEST_F(ConfigTest, BadValuesNameTheKey) {
   ExpectError(Good("tenants:\n  - {name: a, gpus: 2, weight: 0}\n"), "weight must be a number > 0");
   ExpectError(Good("tenants:\n  - {name: a, gpus: 2, limit: 3}\n"), "unknown key \"tenants[0].limit\"");
   ExpectError(Good("preemption: {grace: never}\n"), "\"preemption.grace\": invalid duration");
+  ExpectError(Good("executor: {port_range: 29999-29500}\n"), "\"executor.port_range\": want LO-HI");
+  ExpectError(Good("executor: {run_as: root}\n"), "ranks never run as root");
+  ExpectError(Good("executor: {work_dir: /var/lib/fedgate/work}\n"), "must not be inside data_dir");
 }
 
 TEST_F(ConfigTest, MissingTlsFileIsNamed) {

@@ -258,3 +258,38 @@ TEST_F(LedgerTest, ACordonedNodeTakesNoNewHoldsButKeepsWhatRuns) {
 
 }  // namespace
 }  // namespace fedgate::federation
+
+namespace fedgate::federation {
+namespace {
+
+TEST(LedgerPorts, MasterPortsAreHeldLikeGpus) {
+  ReservationLedger ledger({{"n1", 8}});
+  ledger.SetPortRange(40000, 40002);
+  const HoldOwner o{"coord", "t", ""};
+  auto a = ledger.Prepare("j1", 1, 1, o, {{"n1", 1}}, 0, 1000, nullptr, true);
+  auto b = ledger.Prepare("j2", 1, 1, o, {{"n1", 1}}, 0, 1000, nullptr, true);
+  auto c = ledger.Prepare("j3", 1, 1, o, {{"n1", 1}}, 0, 1000, nullptr, true);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_EQ(std::set<uint32_t>({a->master_port, b->master_port, c->master_port}),
+            std::set<uint32_t>({40000, 40001, 40002}));
+  auto dup = ledger.Prepare("j1", 1, 1, o, {{"n1", 1}}, 10, 1000, nullptr, true);
+  ASSERT_TRUE(dup.ok());
+  EXPECT_EQ(dup->master_port, a->master_port) << "a duplicate prepare keeps its port";
+  auto full = ledger.Prepare("j4", 1, 1, o, {{"n1", 1}}, 0, 1000, nullptr, true);
+  EXPECT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(full.status().message().find("no free MASTER_PORT in 40000-40002"), std::string::npos);
+  auto no_port = ledger.Prepare("j5", 1, 1, o, {{"n1", 1}}, 0, 1000);
+  ASSERT_TRUE(no_port.ok()) << "a site that is not rank 0's needs no port";
+  EXPECT_EQ(no_port->master_port, 0u);
+  // A newer epoch of the same job may take its own port again; a released
+  // hold gives its port back.
+  auto again = ledger.Prepare("j2", 1, 2, o, {{"n1", 1}}, 20, 1000, nullptr, true);
+  ASSERT_TRUE(again.ok()) << again.status();
+  ledger.Release("j3", 1);
+  auto d = ledger.Prepare("j6", 1, 1, o, {{"n1", 1}}, 0, 1000, nullptr, true);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->master_port, c->master_port);
+}
+
+}  // namespace
+}  // namespace fedgate::federation
