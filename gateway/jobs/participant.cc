@@ -66,6 +66,7 @@ void Participant::CleanUpAfterRestart() {
       }
     }
   }
+  const auto t0 = std::chrono::steady_clock::now();
   auto stored = store_ != nullptr ? store_->LoadSlices() : std::vector<StoredSlice>{};
   if (!stored.ok()) return;
   std::lock_guard lock(mu_);
@@ -108,6 +109,11 @@ void Participant::CleanUpAfterRestart() {
                  ss.job_id, s.ranks.size(), killed);
     slices_[{ss.job_id, ss.epoch}] = std::move(s);
     (void)store_->DeleteSlice(ss.job_id, ss.epoch);
+  }
+  if (!attached.empty()) {
+    spdlog::info("re-attached {} slice(s) in {:.1f} ms", attached.size(),
+                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                     .count());
   }
   // Usage of slices that were stopped ends now (at most the open interval
   // of a crash is counted, never a finished record lost); re-attached ones
