@@ -11,7 +11,6 @@
 // The Slurm backend is not built: its column is not measured.
 #include <chrono>
 #include <cstdio>
-#include <regex>
 #include <thread>
 
 #include "fedgate/v1/jobs.grpc.pb.h"
@@ -124,16 +123,20 @@ int main(int argc, char** argv) {
   fed.Start("site-b");
   if (!fed.WaitReady("site-b", 20000)) return 1;
   const double ready_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  std::smatch m;
+  // "re-attached N slice(s) in X ms"
   const std::string log = fed.log("site-b");
-  const bool found = std::regex_search(log, m, std::regex("re-attached (\\d+) slice\\(s\\) in ([0-9.]+) ms"));
+  const size_t at = log.find("re-attached ");
+  int attached = -1;
+  double ms = -1;
+  const bool found = at != std::string::npos &&
+                     std::sscanf(log.c_str() + at, "re-attached %d slice(s) in %lf ms", &attached, &ms) == 2;
   std::printf("# re-attach: %d running one-GPU slices at site-b, site-b killed with SIGKILL and "
               "restarted\n", slices);
   std::printf("restart to /readyz: %.2f s; the participant re-attached %s slice(s) in %s ms "
               "(target < 2 s)\n",
-              ready_s, found ? m[1].str().c_str() : "?", found ? m[2].str().c_str() : "?");
-  bool ok = found && std::stoi(m[1].str()) == slices && std::stod(m[2].str()) < 2000 && mean_ms >= 0 &&
-            mean_ms <= 500;
+              ready_s, found ? std::to_string(attached).c_str() : "?",
+              found ? std::to_string(ms).c_str() : "?");
+  bool ok = found && attached == slices && ms < 2000 && mean_ms >= 0 && mean_ms <= 500;
   int first_attempt = 0;
   if (!Eventually(
           [&] {

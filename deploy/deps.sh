@@ -14,6 +14,7 @@ PACKAGES=(
   prometheus systemd
   iproute2 procps curl python3 python3-yaml python3-locust iperf3
   python3-torch
+  slurmctld slurmd slurm-client munge
 )
 
 missing=()

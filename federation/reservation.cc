@@ -46,7 +46,22 @@ uint32_t ReservationLedger::RawFree(const std::string& node) const {
     }
   }
   if (auto u = unhealthy_.find(node); u != unhealthy_.end()) out.insert(u->second.begin(), u->second.end());
-  return it->second - static_cast<uint32_t>(std::min<size_t>(out.size(), it->second));
+  uint32_t free = it->second - static_cast<uint32_t>(std::min<size_t>(out.size(), it->second));
+  if (auto e = external_.find(node); e != external_.end()) free -= std::min(free, e->second);
+  return free;
+}
+
+void ReservationLedger::SetNodes(const std::map<std::string, uint32_t>& nodes) {
+  std::map<std::string, uint32_t> next = nodes;
+  for (const auto& [key, h] : holds_) {
+    for (const auto& g : h.gpus) {
+      uint32_t need = 0;
+      for (uint32_t i : g.indices) need = std::max(need, i + 1);
+      auto& n = next[g.node];
+      n = std::max(n, need);
+    }
+  }
+  nodes_ = std::move(next);
 }
 
 std::vector<ReservationLedger::HoldKey> ReservationLedger::SetUnhealthy(

@@ -58,6 +58,12 @@ class ReservationLedger {
 
   // node name -> GPU count.
   explicit ReservationLedger(std::map<std::string, uint32_t> nodes);
+  // Replaces the node list (a resource manager's nodes come and go); a
+  // node that still has holds keeps its size until they are released.
+  void SetNodes(const std::map<std::string, uint32_t>& nodes);
+  // GPUs of `node` taken outside fedgate (a resource manager's own users):
+  // never given to a hold.
+  void SetExternal(const std::string& node, uint32_t gpus) { external_[node] = gpus; }
   // MASTER_PORTs are held like GPUs, from this range (executor.port_range),
   // one per hold that asks: no two live holds of the site share one.
   void SetPortRange(uint32_t lo, uint32_t hi) {
@@ -156,6 +162,7 @@ class ReservationLedger {
   // node -> job -> (GPUs, until ms)
   std::map<std::string, std::map<std::string, std::pair<uint32_t, int64_t>>> earmarks_;
   uint32_t RawFree(const std::string& node) const;
+  std::map<std::string, uint32_t> external_;
   uint32_t port_lo_ = 29500, port_hi_ = 29999, next_port_ = 29500;
 };
 

@@ -140,7 +140,7 @@ Config Walk(const YAML::Node& root, const std::string& base_dir, const Walker& w
   if (!root.IsDefined() || root.IsNull()) w.Fail(root, "the config is empty");
   w.ExpectKeys(root, "",
                {"site", "federation", "listen", "tls", "data_dir", "inventory", "peers",
-                "advertise", "bench", "executor", "jobs", "api", "health", "retention", "pricing", "queue", "tenants", "preemption"});
+                "advertise", "bench", "executor", "jobs", "api", "health", "retention", "pricing", "queue", "tenants", "preemption", "slurm"});
   for (const char* req : {"site", "federation", "listen", "tls", "inventory"}) {
     if (!root[req]) w.Fail(root, fedgate::StrCat("missing required key \"", req, "\""));
   }
@@ -187,15 +187,20 @@ Config Walk(const YAML::Node& root, const std::string& base_dir, const Walker& w
   const auto& inv = root["inventory"];
   w.ExpectKeys(inv, "inventory", {"source", "nodes"});
   if (inv["source"]) c.inventory_source = w.Str(inv["source"], "inventory.source");
-  if (c.inventory_source != "static") {
+  if (c.inventory_source != "static" && c.inventory_source != "slurm") {
     w.Fail(inv["source"], fedgate::StrCat("\"inventory.source\": unsupported source \"",
-                                       c.inventory_source, "\" (supported: static)"));
+                                       c.inventory_source, "\" (supported: static, slurm)"));
   }
-  if (!inv["nodes"] || !inv["nodes"].IsSequence() || inv["nodes"].size() == 0) {
+  if (c.inventory_source == "slurm" && inv["nodes"]) {
+    w.Fail(inv["nodes"], "\"inventory.nodes\" is not given with source slurm: Slurm lists the nodes");
+  }
+  if (c.inventory_source == "static" &&
+      (!inv["nodes"] || !inv["nodes"].IsSequence() || inv["nodes"].size() == 0)) {
     w.Fail(inv, "\"inventory.nodes\" must list at least one node");
   }
   std::set<std::string> node_names;
-  for (size_t i = 0; i < inv["nodes"].size(); ++i) {
+  const size_t node_count = inv["nodes"] ? inv["nodes"].size() : 0;
+  for (size_t i = 0; i < node_count; ++i) {
     const auto& n = inv["nodes"][i];
     auto node = ParseNode(w, n, fedgate::StrCat("inventory.nodes[", i, "]"));
     if (!node_names.insert(node.name).second) {
@@ -380,10 +385,31 @@ Config Walk(const YAML::Node& root, const std::string& base_dir, const Walker& w
       w.Fail(e["run_as"], "\"executor.run_as\": ranks never run as root");
     }
     if (e["work_dir"]) c.executor_work_dir = Resolve(base_dir, w.Str(e["work_dir"], "executor.work_dir"));
-    if (c.executor_kind != "process") {
+    if (c.executor_kind != "process" && c.executor_kind != "slurm") {
       w.Fail(e["kind"], fedgate::StrCat("\"executor.kind\": unsupported executor \"",
-                                     c.executor_kind, "\" (supported: process)"));
+                                     c.executor_kind, "\" (supported: process, slurm)"));
     }
+  }
+  if ((c.executor_kind == "slurm") != (c.inventory_source == "slurm")) {
+    w.Fail(root["executor"] ? root["executor"] : root,
+           "\"executor.kind: slurm\" and \"inventory.source: slurm\" go together");
+  }
+  if (root["slurm"]) {
+    const auto& sl = root["slurm"];
+    w.ExpectKeys(sl, "slurm", {"partition", "conf", "gpu_models", "accounts"});
+    if (sl["partition"]) c.slurm_partition = w.Str(sl["partition"], "slurm.partition");
+    if (sl["conf"]) c.slurm_conf = Resolve(base_dir, w.Str(sl["conf"], "slurm.conf"));
+    for (const char* key : {"gpu_models", "accounts"}) {
+      if (!sl[key]) continue;
+      if (!sl[key].IsMap()) w.Fail(sl[key], fedgate::StrCat("\"slurm.", key, "\" must be a mapping"));
+      for (auto it = sl[key].begin(); it != sl[key].end(); ++it) {
+        const std::string k = it->first.as<std::string>();
+        auto& dst = std::string_view(key) == "gpu_models" ? c.slurm_gpu_models : c.slurm_accounts;
+        dst[k] = w.Str(it->second, fedgate::StrCat("slurm.", key, ".", k));
+      }
+    }
+  } else if (c.inventory_source == "slurm") {
+    w.Fail(root, "\"slurm\" (partition, conf, gpu_models) is needed with source slurm");
   }
   if (c.executor_work_dir.empty()) c.executor_work_dir = "/var/tmp/fedgate-work/" + c.site;
   {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,6 +47,11 @@ struct Config {
   // /var/tmp/fedgate-work/<site>; it must not be inside data_dir).
   std::string executor_run_as = "fedgate-rank";
   std::string executor_work_dir;
+  // `slurm:` (with executor.kind and inventory.source slurm).
+  std::string slurm_partition = "gpu";
+  std::string slurm_conf;
+  std::map<std::string, std::string> slurm_gpu_models;  // GRES type -> model
+  std::map<std::string, std::string> slurm_accounts;    // tenant -> account
   // MASTER_PORTs are held from this range, like GPUs (executor.port_range).
   uint32_t executor_port_lo = 29500, executor_port_hi = 29999;
   // How long a committed slice runs without hearing from its coordinator

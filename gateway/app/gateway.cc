@@ -67,9 +67,25 @@ absl::Status Gateway::Start() {
   auto store = Store::Open(config_.data_dir);
   if (!store.ok()) return store.status();
   store_ = std::move(*store);
-  core_ = std::make_unique<GatewayCore>(
-      config_, clock_.get(), store_.get(),
-      std::make_unique<federation::StaticInventory>(config_.nodes), metrics_.get());
+  std::unique_ptr<federation::InventorySource> inventory;
+  if (config_.inventory_source == "slurm") {
+    slurm_ = std::make_unique<SlurmCluster>(SlurmConfig{
+        config_.slurm_partition, config_.slurm_conf, config_.slurm_gpu_models,
+        config_.slurm_accounts});
+    // A controller that is down now is not fatal: the site offers nothing
+    // until Slurm answers, and says why.
+    if (auto st = slurm_->Refresh(); !st.ok()) {
+      spdlog::warn("slurm: no nodes yet: {}", std::string(st.message()));
+    } else {
+      spdlog::info("slurm: {} node(s) with GPUs in partition {}", slurm_->InventoryNodes().size(),
+                   config_.slurm_partition);
+    }
+    inventory = std::make_unique<SlurmInventory>(slurm_.get());
+  } else {
+    inventory = std::make_unique<federation::StaticInventory>(config_.nodes);
+  }
+  core_ = std::make_unique<GatewayCore>(config_, clock_.get(), store_.get(), std::move(inventory),
+                                        metrics_.get());
   if (auto st = core_->Init(); !st.ok()) return st;
   participant_ = std::make_unique<Participant>(config_, clock_.get(), store_.get());
   {
@@ -82,6 +98,7 @@ absl::Status Gateway::Start() {
     std::string shim = ec ? "" : (self.parent_path() / "fedgate-shim").string();
     if (!shim.empty() && ::access(shim.c_str(), X_OK) != 0) shim.clear();
     participant_->SetExecutor(shim, *user);
+    participant_->SetSlurm(slurm_.get());
     if (shim.empty()) {
       spdlog::warn("isolation: none: no fedgate-shim beside fedgate; ranks run as children of "
                    "the gateway, as {}, and stop with it", user->name);

@@ -21,6 +21,7 @@ class Authorizer;
 class BenchHost;
 class Prober;
 class GatewayCore;
+class SlurmCluster;
 class Metrics;
 class OpsServer;
 class GpuHealthProbe;
@@ -60,6 +61,7 @@ class Gateway {
   std::unique_ptr<Authorizer> authz_;
   std::unique_ptr<PeerServiceImpl> peer_service_;
   std::unique_ptr<AdminServiceImpl> admin_service_;
+  std::unique_ptr<SlurmCluster> slurm_;  // executor.kind slurm
   std::unique_ptr<Participant> participant_;
   std::unique_ptr<ParticipantClient> participant_client_;  // outlives the coordinator
   std::unique_ptr<Coordinator> coordinator_;

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <optional>
 #include <fstream>
+#include <future>
 #include <sstream>
 
 #include "federation/clock.h"
@@ -74,10 +75,15 @@ void Participant::CleanUpAfterRestart() {
   for (const auto& ss : *stored) {
     // Supervised ranks outlived the gateway: follow them to their end.
     v1::SliceRecord rec;
-    if (exec_.supervised() && !ss.detail.empty() && rec.ParseFromString(ss.detail) &&
-        ReattachLocked(ss.job_id, ss.attempt, ss.epoch, rec)) {
+    const bool parsed = !ss.detail.empty() && rec.ParseFromString(ss.detail);
+    if (exec_.supervised() && parsed && ReattachLocked(ss.job_id, ss.attempt, ss.epoch, rec)) {
       attached.insert({ss.job_id, ss.epoch});
       continue;
+    }
+    // Its Slurm allocations go with it (the next sweep cancels them: no hold).
+    if (parsed && !rec.slurm_jobs().empty()) {
+      Allocs& stale = slurm_allocs_[{ss.job_id, ss.epoch}];
+      for (const auto& [node, id] : rec.slurm_jobs()) stale[node] = {id, 0};
     }
     Slice s;
     s.key.set_job_id(ss.job_id);
@@ -147,6 +153,13 @@ bool Participant::ReattachLocked(const std::string& job_id, uint32_t attempt, ui
   h.priority = rec.priority();
   for (const auto& g : rec.gpus()) h.gpus.push_back({g.node(), {g.indices().begin(), g.indices().end()}});
   h.master_port = rec.master_port();
+  if (!rec.slurm_jobs().empty()) {
+    Allocs& allocs = slurm_allocs_[{job_id, epoch}];
+    for (const auto& g : rec.gpus()) {
+      auto j = rec.slurm_jobs().find(g.node());
+      if (j != rec.slurm_jobs().end()) allocs[g.node()] = {j->second, static_cast<uint32_t>(g.indices_size())};
+    }
+  }
   const int64_t now = clock_->NowMs();
   if (auto st = ledger_.Restore(h, now); !st.ok()) {
     spdlog::error("job {}: cannot re-attach: {}", job_id, std::string(st.message()));
@@ -192,11 +205,19 @@ Participant::~Participant() { Stop(); }
 
 void Participant::Start() {
   LoadQuotas();
+  RefreshSlurm();  // Slurm's nodes first: re-attached holds land on them
   CleanUpAfterRestart();
+  RefreshSlurm();
   sweeper_ = std::thread([this] {
     int64_t next_retention = 0;
+    auto next_slurm = std::chrono::steady_clock::now();
     while (!stop_) {
       Sweep();
+      if (slurm_ != nullptr && std::chrono::steady_clock::now() >= next_slurm) {
+        RefreshSlurm();
+        next_slurm = std::chrono::steady_clock::now() +
+                     std::chrono::milliseconds(config_.advertise_interval_ms);
+      }
       // Once a minute (and at start): logs and job folders past retention.
       const int64_t wall = std::chrono::duration_cast<std::chrono::milliseconds>(
                                std::chrono::system_clock::now().time_since_epoch())
@@ -655,6 +676,49 @@ absl::StatusOr<v1::PrepareResponse> Participant::Prepare(const std::string& from
     if (on_change_) on_change_();  // victims leave the preemptible count
     return preempting;
   }
+  bool allocated = false;  // a duplicate Prepare: Slurm already holds it
+  if (slurm_ != nullptr) {
+    std::lock_guard lock(mu_);
+    allocated = slurm_allocs_.contains({key.job_id(), key.epoch()});
+  }
+  if (slurm_ != nullptr && !allocated) {
+    // The hold becomes a real Slurm allocation per node, so nobody else
+    // takes the GPUs before the commit. Outside the lock: salloc takes time.
+    Allocs allocs;
+    absl::Status failed;
+    const RankUser& user = exec_.user();
+    // One allocation per node, all at once: the coordinator's deadline is short.
+    std::vector<std::future<absl::StatusOr<uint64_t>>> pending;
+    for (const auto& h : resp.holds()) {
+      pending.push_back(std::async(std::launch::async, [&, node = h.node(), n = h.indices_size()] {
+        return slurm_->Allocate(StrCat("fedgate-", key.job_id(), "-", key.attempt()), node, n,
+                                req.tenant(), user.uid, user.gid, user.switch_user);
+      }));
+    }
+    for (int i = 0; i < resp.holds_size(); ++i) {
+      auto id = pending[i].get();
+      if (!id.ok()) {
+        if (failed.ok()) failed = id.status();
+        continue;
+      }
+      allocs[resp.holds(i).node()] = {*id, static_cast<uint32_t>(resp.holds(i).indices_size())};
+    }
+    std::lock_guard lock(mu_);
+    if (failed.ok() && ledger_.Find(key.job_id(), key.epoch()) != nullptr) {
+      slurm_allocs_[{key.job_id(), key.epoch()}] = std::move(allocs);
+    } else {
+      // Refused, or aborted meanwhile: the allocations made are cancelled
+      // by the next sweep, and the hold goes.
+      slurm_allocs_[{key.job_id(), key.epoch()}] = std::move(allocs);
+      const federation::Hold* h = ledger_.Find(key.job_id(), key.epoch());
+      if (h != nullptr && h->state == federation::HoldState::kPrepared) {
+        ledger_.Release(key.job_id(), key.epoch());
+      }
+      if (failed.ok()) failed = absl::AbortedError("aborted while Slurm allocated");
+      spdlog::warn("job {}: {}", key.job_id(), std::string(failed.message()));
+      return failed;
+    }
+  }
   CrashPoint("participant-after-prepare");
   spdlog::info("job {} attempt {} epoch {}: holding GPUs for {}", key.job_id(), key.attempt(),
                key.epoch(), from);
@@ -833,6 +897,9 @@ absl::StatusOr<v1::CommitResponse> Participant::Commit(const std::string& from,
   rec.set_preemptible(s.preemptible);
   rec.set_started_at_unix_ms(s.started_at_ms);
   rec.set_master_port(hold->master_port);
+  if (auto a = slurm_allocs_.find({key.job_id(), key.epoch()}); a != slurm_allocs_.end()) {
+    for (const auto& [node, alloc] : a->second) (*rec.mutable_slurm_jobs())[node] = alloc.first;
+  }
   for (int i = 0; i < req.ranks_size(); ++i) {
     const auto& r = req.ranks(i);
     auto env = base;
@@ -855,8 +922,21 @@ absl::StatusOr<v1::CommitResponse> Participant::Commit(const std::string& from,
         StrCat(work, "/.fedgate-preempt-", key.attempt(), "-", r.rank());
     env.emplace_back("FEDGATE_PREEMPT_FILE", preempt_file);
     s.preempt_files.push_back(preempt_file);
-    RankProcessSpec spec{{req.command().begin(), req.command().end()},
-                         RankEnv(env, work, exec_.user().name), log,
+    std::vector<std::string> argv(req.command().begin(), req.command().end());
+    if (slurm_ != nullptr) {
+      // A one-GPU step of the node's allocation: Slurm binds the GPU
+      // (CUDA_VISIBLE_DEVICES) and sets SLURM_JOB_ID.
+      auto a = slurm_allocs_.find({key.job_id(), key.epoch()});
+      if (a == slurm_allocs_.end() || !a->second.contains(r.node())) {
+        return absl::FailedPreconditionError(
+            StrCat("no Slurm allocation of job ", key.job_id(), " on node ", r.node()));
+      }
+      argv = slurm_->StepArgv(a->second.at(r.node()).first, r.node(),
+                              StrCat("fedgate-", key.job_id(), "-rank-", r.rank()), argv);
+      std::erase_if(env, [](const auto& kv) { return kv.first == "CUDA_VISIBLE_DEVICES"; });
+      for (const auto& kv : slurm_->ClientEnv()) env.push_back(kv);
+    }
+    RankProcessSpec spec{std::move(argv), RankEnv(env, work, exec_.user().name), log,
                          log.substr(0, log.size() - 4) + ".exit", work};
     auto pid = exec_.Launch(spec);
     RankProc p;
@@ -1037,6 +1117,7 @@ absl::StatusOr<v1::ReadLogResponse> Participant::ReadLog(const std::string& from
 
 void Participant::Sweep() {
   bool changed = false;
+  std::vector<uint64_t> stale;
   {
     std::lock_guard lock(mu_);
     const int64_t now = clock_->NowMs();
@@ -1119,6 +1200,68 @@ void Participant::Sweep() {
     // ledger entries (epochs, owners) are kept for twice as many jobs.
     ledger_.Prune(federation::SatSub(now, kFinishedSliceKeepMs), 2 * max_finished_);
     ledger_.CheckInvariants();
+    stale = StaleAllocsLocked();
+  }
+  for (uint64_t id : stale) {
+    if (auto st = slurm_->Cancel(id); !st.ok()) {
+      spdlog::warn("slurm: cancelling allocation {}: {}", id, std::string(st.message()));
+    }
+  }
+  if (changed && on_change_) on_change_();
+}
+
+std::vector<uint64_t> Participant::StaleAllocsLocked() {
+  std::vector<uint64_t> out;
+  for (auto it = slurm_allocs_.begin(); it != slurm_allocs_.end();) {
+    if (ledger_.holds().contains(it->first)) {
+      ++it;
+      continue;
+    }
+    for (const auto& [node, alloc] : it->second) out.push_back(alloc.first);
+    it = slurm_allocs_.erase(it);
+  }
+  return out;
+}
+
+void Participant::RefreshSlurm() {
+  if (slurm_ == nullptr) return;
+  const auto refreshed = slurm_->Refresh();
+  bool changed = false;
+  {
+    std::lock_guard lock(mu_);
+    if (refreshed.ok()) {
+      std::vector<federation::Node> nodes;
+      std::map<std::string, uint32_t> sizes;
+      const auto inventory = slurm_->InventoryNodes();
+      for (const auto& sn : slurm_->nodes()) {
+        if (sn.gpus == 0) continue;
+        federation::Node n;
+        n.name = sn.name;
+        n.address = sn.addr;
+        n.gpus = sn.gpus;
+        n.gpu_model = sn.gres_type;
+        for (const auto& inv : inventory) {
+          if (inv.name == sn.name) n.gpu_model = inv.gpu_model;
+        }
+        sizes[n.name] = n.gpus;
+        nodes.push_back(std::move(n));
+        // What Slurm's own users hold: allocated GPUs that are not ours.
+        uint32_t ours = 0;
+        for (const auto& [key, allocs] : slurm_allocs_) {
+          if (auto a = allocs.find(sn.name); a != allocs.end()) ours += a->second.second;
+        }
+        const uint32_t external = !sn.usable() ? sn.gpus : sn.used > ours ? sn.used - ours : 0;
+        ledger_.SetExternal(sn.name, external);
+      }
+      if (nodes.size() != config_.nodes.size() ||
+          !std::equal(nodes.begin(), nodes.end(), config_.nodes.begin(), [](const auto& a, const auto& b) {
+            return a.name == b.name && a.gpus == b.gpus && a.address == b.address;
+          })) {
+        config_.nodes = std::move(nodes);
+        ledger_.SetNodes(sizes);
+      }
+      changed = true;
+    }
   }
   if (changed && on_change_) on_change_();
 }

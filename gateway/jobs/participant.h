@@ -23,6 +23,7 @@
 #include "fedgate/v1/jobs.pb.h"
 #include "gateway/app/config.h"
 #include "gateway/exec/process_executor.h"
+#include "gateway/exec/slurm.h"
 
 namespace fedgate::federation {
 class Clock;
@@ -47,6 +48,13 @@ class Participant {
   // Who ranks run as and the shim that supervises them (before Start);
   // without a shim, ranks are the gateway's children and die with it.
   void SetExecutor(std::string shim, RankUser user) { exec_.Configure(std::move(shim), std::move(user)); }
+  // executor.kind slurm: holds are Slurm allocations, ranks Slurm steps, and
+  // the nodes come from Slurm (before Start).
+  void SetSlurm(SlurmCluster* slurm) { slurm_ = slurm; }
+  // Re-reads Slurm's nodes: new nodes, GPUs its own users took, drained or
+  // down nodes (none of their GPUs offered). The sweeper runs it every
+  // advertise interval.
+  void RefreshSlurm();
   void Start();
   // Stops the sweeper and every rank.
   void Stop();
@@ -147,6 +155,13 @@ class Participant {
   bool ReattachLocked(const std::string& job_id, uint32_t attempt, uint64_t epoch,
                       const v1::SliceRecord& rec);
   std::string WorkDir(const std::string& job) const;
+  // Slurm allocations of live holds, node -> (Slurm job id, GPUs).
+  using Allocs = std::map<std::string, std::pair<uint64_t, uint32_t>>;
+  std::map<SliceKey, Allocs> slurm_allocs_;
+  SlurmCluster* slurm_ = nullptr;
+  // Allocations whose hold is gone (aborted, expired, released): cancelled
+  // by the caller after the lock is dropped.
+  std::vector<uint64_t> StaleAllocsLocked();
   v1::NodeView NodeLocked(const federation::Node& n) const;
   const federation::Node* FindNode(const std::string& name) const;
   void StopSliceLocked(Slice* s, const std::string& why, int64_t grace_ms = 0);

@@ -190,8 +190,13 @@ void TestFederation::WriteConfig(const std::string& site) {
     << "listen:\n  grpc: " << endpoint(site) << "\n  ops: 127.0.0.1:0\n  http: 127.0.0.1:0\n"
     << "tls: {ca: tls/ca.pem, cert: tls/cert.pem, key: tls/key.pem"
     << (s.opts.tls_reload.empty() ? "" : ", reload_interval: " + s.opts.tls_reload) << "}\n"
-    << "data_dir: data\ninventory:\n  nodes:\n";
-  for (const auto& n : s.opts.node_lines) y << "    - " << n << "\n";
+    << "data_dir: data\n";
+  if (s.opts.inventory_source == "static") {
+    y << "inventory:\n  nodes:\n";
+    for (const auto& n : s.opts.node_lines) y << "    - " << n << "\n";
+  } else {
+    y << "inventory: {source: " << s.opts.inventory_source << "}\n";
+  }
   if (!s.opts.peers.empty()) {
     y << "peers:\n";
     for (const auto& p : s.opts.peers) {

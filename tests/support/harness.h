@@ -48,6 +48,7 @@ struct SiteOptions {
   bool probe_on_peer_up = false;  // loopback floods would disturb timing tests
   std::string jobs_lease = "";    // jobs.lease; default from the interval
   std::string extra_yaml = "";    // more top-level config lines
+  std::string inventory_source = "static";  // "slurm": no node_lines
 };
 
 class TestFederation {
