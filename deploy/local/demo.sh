@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A local 3-site fedgate federation on loopback:
 #   cn-beijing  (1 node x 8 A100-80GB)
-#   cn-shanghai (1 node x 4 A100-80GB, 1 node x 4 H100)
+#   cn-shanghai (1 node x 4 A100-80GB, 1 node x 4 H100), on a real Slurm the
+#               demo starts (as root; else on the process executor)
 #   cn-shenzhen (2 nodes x 8 H100)
 # peered as a partial mesh (beijing - shanghai - shenzhen; beijing and shenzhen
 # never talk directly). Shows every site's view of the federation, then stops.
@@ -37,11 +38,25 @@ cleanup() {
     say "Stopping the gateways (SIGTERM: each withdraws its ad and exits 0)"
     fed_stop
   fi
+  if [ -n "${SLURM_DIR:-}" ]; then
+    say "Stopping Slurm"
+    slurm_stop
+  fi
   if [ "$KEEP" = 1 ]; then echo "work dir kept: $WORK"; else rm -rf "$WORK"; fi
   exit $code
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+
+. "$REPO/deploy/local/slurm.sh"
+if [ "$(id -u)" = 0 ] && [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/munged ]; then
+  say "Starting a Slurm cluster for cn-shanghai (munged, slurmctld, slurmd sh-1 and sh-2)"
+  slurm_start "$(mktemp -d /var/tmp/fedgate-demo-slurm.XXXXXX)" sh-1:a100:4 sh-2:h100:4
+  export FED_SLURM_CONF="$SLURM_CONF_FILE"
+  sinfo -N -o "%N %T %G"
+else
+  echo "  (not root, or no Slurm: cn-shanghai runs on the process executor)"
+fi
 
 say "Creating a CA for federation 'aidc' and certificates in $WORK"
 fed_init "$WORK" "$BASE_PORT"
@@ -113,6 +128,10 @@ say "fedctl vc get $JOB: the virtual cluster stitched across sites"
 alice vc get "$JOB"
 say "Each rank's result line (fedctl jobs logs $JOB --rank N, fetched through the coordinator)"
 for r in $(seq 0 11); do alice jobs logs "$JOB" --rank "$r" | grep 'allreduce'; done
+if [ -n "${FED_SLURM_CONF:-}" ]; then
+  say "Ranks 8-11 ran as steps of a Slurm allocation in cn-shanghai; it ended with the job"
+  echo "  squeue now: $(squeue -h | wc -l) job(s)"
+fi
 
 say "A real PyTorch program: init_process_group(\"gloo\", init_method=\"env://\"), 10 A100s of two sites"
 cat >"$WORK/torch.yaml" <<YAML

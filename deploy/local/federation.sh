@@ -7,7 +7,9 @@
 # BASE, BASE+10, BASE+20 (peers' configs name them); REST and ops bind port
 # 0 and are read back from each gateway's data/ports file.
 #
-#   fed_init WORK BASE_PORT [EXTRA_YAML]   certificates and configs
+#   fed_init WORK BASE_PORT [EXTRA_YAML]   certificates and configs; with
+#                                           FED_SLURM_CONF set, cn-shanghai runs on
+#                                           that Slurm (deploy/local/slurm.sh)
 #   fed_start                               starts the three gateways
 #   fed_wait_converged [SECONDS]            until every site sees all three
 #   fed_port SITE grpc|http|ops             a port of a running gateway
@@ -35,11 +37,19 @@ fed_init() {
   _fed_config cn-beijing \
 "    - {name: bj-1, address: 127.0.0.1, gpu_model: A100-80GB, gpu_memory_gib: 80, gpus: 8, rdma: true, nic_gbps: 200}" \
 "$(_fed_peer cn-shanghai)" "$extra"
-  _fed_config cn-shanghai \
+  if [ -n "${FED_SLURM_CONF:-}" ]; then
+    # cn-shanghai on Slurm (deploy/local/slurm.sh: sh-1 a100 x 4, sh-2 h100 x 4).
+    FED_SLURM_SITE=cn-shanghai _fed_config cn-shanghai "" \
+"$(_fed_peer cn-beijing)
+$(_fed_peer cn-shenzhen)" "$extra
+slurm: {partition: gpu, conf: $FED_SLURM_CONF, gpu_models: {a100: A100-80GB, h100: H100}}"
+  else
+    _fed_config cn-shanghai \
 "    - {name: sh-1, address: 127.0.0.1, gpu_model: A100-80GB, gpu_memory_gib: 80, gpus: 4, nic_gbps: 100}
     - {name: sh-2, address: 127.0.0.1, gpu_model: H100, gpu_memory_gib: 80, gpus: 4, nic_gbps: 100}" \
 "$(_fed_peer cn-beijing)
 $(_fed_peer cn-shenzhen)" "$extra"
+  fi
   _fed_config cn-shenzhen \
 "    - {name: sz-1, address: 127.0.0.1, gpu_model: H100, gpu_memory_gib: 80, gpus: 8, rdma: true, nic_gbps: 400}
     - {name: sz-2, address: 127.0.0.1, gpu_model: H100, gpu_memory_gib: 80, gpus: 8, rdma: true, nic_gbps: 400}" \
@@ -49,7 +59,10 @@ $(_fed_peer cn-shenzhen)" "$extra"
 _fed_peer() { echo "  - {site: $1, endpoint: 127.0.0.1:${FED_GRPC[$1]}}"; }
 
 _fed_config() {
-  local site=$1 nodes=$2 peers=$3 extra=$4
+  local site=$1 nodes=$2 peers=$3 extra=$4 kind=process
+  local inventory
+  inventory=$(printf 'inventory:\n  source: static\n  nodes:\n%s' "$nodes")
+  if [ -n "${FED_SLURM_SITE:-}" ]; then kind=slurm; inventory="inventory: {source: slurm}"; fi
   cat >"$FED_WORK/$site/fedgate.yaml" <<YAML
 site: $site
 federation: aidc
@@ -59,15 +72,12 @@ listen:
   ops: 127.0.0.1:0
 tls: {ca: tls/ca.pem, cert: tls/cert.pem, key: tls/key.pem}
 data_dir: data
-inventory:
-  source: static
-  nodes:
-$nodes
+$inventory
 peers:
 $peers
 advertise: {interval: 1s, ttl: 5s}
 bench: {probe_interval: 10m, probe_duration: 1s}
-executor: {kind: process}
+executor: {kind: $kind}
 $extra
 YAML
 }
