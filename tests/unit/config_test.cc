@@ -126,7 +126,7 @@ TEST_F(ConfigTest, BadValuesNameTheKey) {
               "\"peers[0].endpoint\": invalid endpoint");
   ExpectError(Good("advertise: {interval: 2s, ttl: 1s}\n"), "must be longer");
   ExpectError(Good("advertise: {interval: soon}\n"), "\"advertise.interval\": invalid duration");
-  ExpectError(Good("executor: {kind: slurm}\n"), "unsupported executor \"slurm\"");
+  ExpectError(Good("executor: {kind: k8s}\n"), "unsupported executor \"k8s\"");
   ExpectError(Good().replace(0, 15, "site: CN Beijing"), "invalid site name");
   ExpectError(Good("health: {interval: 10ms}\n"), "\"health.interval\" must be at least 100ms");
   ExpectError(Good("health: {cmd: x}\n"), "unknown key \"health.cmd\"");
@@ -143,6 +143,8 @@ TEST_F(ConfigTest, BadValuesNameTheKey) {
   ExpectError(Good("tenants:\n  - {name: a, gpus: 2, limit: 3}\n"), "unknown key \"tenants[0].limit\"");
   ExpectError(Good("preemption: {grace: never}\n"), "\"preemption.grace\": invalid duration");
   ExpectError(Good("executor: {port_range: 29999-29500}\n"), "\"executor.port_range\": want LO-HI");
+  ExpectError(Good("executor: {kind: slurm}\n"), "go together");
+  ExpectError(Good("slurm: {partition: gpu, nodes: 3}\n"), "unknown key \"slurm.nodes\"");
   ExpectError(Good("executor: {run_as: root}\n"), "ranks never run as root");
   ExpectError(Good("executor: {work_dir: /var/lib/fedgate/work}\n"), "must not be inside data_dir");
 }
@@ -167,6 +169,40 @@ TEST_F(ConfigTest, DuplicateNodesAndPeers) {
               "duplicate node name \"bj-1\"");
   ExpectError(Good("peers:\n  - {site: x, endpoint: h:1}\n  - {site: x, endpoint: h:2}\n"),
               "duplicate peer \"x\"");
+}
+
+}  // namespace
+}  // namespace fedgate::gateway
+
+namespace fedgate::gateway {
+namespace {
+
+TEST(ConfigSlurm, ASiteOnSlurmNamesNoNodes) {
+  testing::TempDir dir;
+  for (const char* f : {"ca.pem", "cert.pem", "key.pem"}) testing::WriteText(dir / f, "x");
+  const std::string head =
+      "site: cn-shanghai\nfederation: aidc\nlisten: {grpc: 0.0.0.0:7443}\n"
+      "tls: {ca: ca.pem, cert: cert.pem, key: key.pem}\n";
+  auto c = ParseConfig(head + "inventory: {source: slurm}\nexecutor: {kind: slurm}\n"
+                              "slurm: {partition: gpu, conf: /etc/slurm/slurm.conf, "
+                              "gpu_models: {a100: A100-80GB}, accounts: {team-a: acct-a}}\n",
+                       dir.path(), "fedgate.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->nodes.empty());
+  EXPECT_EQ(c->executor_kind, "slurm");
+  EXPECT_EQ(c->slurm_partition, "gpu");
+  EXPECT_EQ(c->slurm_conf, "/etc/slurm/slurm.conf");
+  EXPECT_EQ(c->slurm_gpu_models.at("a100"), "A100-80GB");
+  EXPECT_EQ(c->slurm_accounts.at("team-a"), "acct-a");
+  auto with_nodes = ParseConfig(head + "inventory: {source: slurm, nodes: []}\nexecutor: {kind: slurm}\n"
+                                       "slurm: {partition: gpu}\n",
+                                dir.path(), "fedgate.yaml");
+  ASSERT_FALSE(with_nodes.ok());
+  EXPECT_NE(with_nodes.status().message().find("Slurm lists the nodes"), std::string::npos);
+  auto no_block = ParseConfig(head + "inventory: {source: slurm}\nexecutor: {kind: slurm}\n",
+                              dir.path(), "fedgate.yaml");
+  ASSERT_FALSE(no_block.ok());
+  EXPECT_NE(no_block.status().message().find("\"slurm\""), std::string::npos);
 }
 
 }  // namespace
