@@ -4,6 +4,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -366,7 +367,25 @@ Config Walk(const YAML::Node& root, const std::string& base_dir, const Walker& w
   }
   if (root["executor"]) {
     const auto& e = root["executor"];
-    w.ExpectKeys(e, "executor", {"kind", "run_as", "work_dir", "port_range"});
+    w.ExpectKeys(e, "executor", {"kind", "run_as", "work_dir", "port_range", "memory_limit", "pids_limit"});
+    if (e["memory_limit"]) {
+      // Bytes, or with a binary suffix: 512Mi, 64Gi.
+      const std::string m = w.Str(e["memory_limit"], "executor.memory_limit");
+      char* end = nullptr;
+      const double n = std::strtod(m.c_str(), &end);
+      const std::string unit = end ? end : "";
+      const double scale = unit.empty() ? 1 : unit == "Ki" ? 1024.0 : unit == "Mi" ? 1048576.0
+                         : unit == "Gi" ? 1073741824.0 : unit == "Ti" ? 1099511627776.0 : -1;
+      if (end == m.c_str() || scale < 0 || n <= 0) {
+        w.Fail(e["memory_limit"], fedgate::StrCat("\"executor.memory_limit\": want bytes or "
+                                                  "N{Ki,Mi,Gi,Ti}, got \"", m, "\""));
+      }
+      c.executor_memory_limit = static_cast<int64_t>(n * scale);
+    }
+    if (e["pids_limit"]) {
+      c.executor_pids_limit = w.Scalar<int64_t>(e["pids_limit"], "executor.pids_limit", "an integer");
+      if (c.executor_pids_limit <= 0) w.Fail(e["pids_limit"], "\"executor.pids_limit\" must be > 0");
+    }
     if (e["port_range"]) {
       const std::string r = w.Str(e["port_range"], "executor.port_range");
       unsigned lo = 0, hi = 0;

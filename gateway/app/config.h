@@ -52,6 +52,9 @@ struct Config {
   std::string slurm_conf;
   std::map<std::string, std::string> slurm_gpu_models;  // GRES type -> model
   std::map<std::string, std::string> slurm_accounts;    // tenant -> account
+  // Per-slice limits where the cgroup controllers exist (0 = none).
+  int64_t executor_memory_limit = 0;  // bytes
+  int64_t executor_pids_limit = 0;
   // MASTER_PORTs are held from this range, like GPUs (executor.port_range).
   uint32_t executor_port_lo = 29500, executor_port_hi = 29999;
   // How long a committed slice runs without hearing from its coordinator

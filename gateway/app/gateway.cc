@@ -99,14 +99,22 @@ absl::Status Gateway::Start() {
     if (!shim.empty() && ::access(shim.c_str(), X_OK) != 0) shim.clear();
     participant_->SetExecutor(shim, *user);
     participant_->SetSlurm(slurm_.get());
+    const CgroupSupport cg = shim.empty() ? CgroupSupport{} : DetectCgroups("fedgate-" + config_.site);
+    participant_->SetCgroups(cg);
+    if (!cg.memory && config_.executor_memory_limit > 0) {
+      spdlog::warn("executor.memory_limit is not applied: no memory controller");
+    }
+    if (!cg.pids && config_.executor_pids_limit > 0) {
+      spdlog::warn("executor.pids_limit is not applied: no pids controller");
+    }
     if (shim.empty()) {
       spdlog::warn("isolation: none: no fedgate-shim beside fedgate; ranks run as children of "
                    "the gateway, as {}, and stop with it", user->name);
     } else {
       spdlog::info("isolation: ranks run as {}{} under {}, in their job's folder under {}, with "
-                   "an allowlisted environment; data_dir is private; no cgroups",
+                   "an allowlisted environment; data_dir is private; {}",
                    user->name, user->switch_user ? "" : " (the gateway cannot switch users)",
-                   shim, config_.executor_work_dir);
+                   shim, config_.executor_work_dir, cg.Describe());
     }
   }
   core_->SetFreeGpusFn([p = participant_.get()] { return p->FreeGpus(); });

@@ -26,6 +26,7 @@ struct RankProcessSpec {
   std::string log_path;
   std::string exit_file;  // where the shim writes the exit code
   std::string workdir;    // "" = the gateway's
+  std::string cgroup;     // the slice's cgroup ("" = none)
 };
 
 // Who ranks run as.

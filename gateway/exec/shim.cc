@@ -32,8 +32,8 @@ void WriteExit(const std::string& path, int code) {
 }  // namespace
 
 int ShimMain(int argc, char** argv) {
-  if (argc < 7 || std::string(argv[5]) != "--") {
-    std::fprintf(stderr, "usage: fedgate-shim EXIT_FILE UID GID WORKDIR -- ARGV...\n");
+  if (argc < 8 || std::string(argv[6]) != "--") {
+    std::fprintf(stderr, "usage: fedgate-shim EXIT_FILE UID GID WORKDIR CGROUP -- ARGV...\n");
     return 2;
   }
   const std::string exit_file = argv[1];
@@ -41,6 +41,7 @@ int ShimMain(int argc, char** argv) {
   const uid_t uid = switch_user ? static_cast<uid_t>(std::strtoul(argv[2], nullptr, 10)) : 0;
   const gid_t gid = switch_user ? static_cast<gid_t>(std::strtoul(argv[3], nullptr, 10)) : 0;
   const std::string workdir = argv[4];
+  const std::string cgroup = std::string(argv[5]) == "-" ? "" : argv[5];
   struct sigaction sa {};
   sa.sa_handler = Ignore;  // a handler, not SIG_IGN: the rank must not inherit it
   sigemptyset(&sa.sa_mask);
@@ -52,6 +53,18 @@ int ShimMain(int argc, char** argv) {
     return 127;
   }
   if (child == 0) {
+    // Into the slice's cgroup first (as root), so that a stop reaches every
+    // process the rank starts, even one that leaves its process group.
+    if (!cgroup.empty()) {
+      const std::string procs = cgroup + "/cgroup.procs";
+      const int fd = ::open(procs.c_str(), O_WRONLY | O_CLOEXEC);
+      const std::string me = std::to_string(::getpid());
+      if (fd < 0 || ::write(fd, me.data(), me.size()) < 0) {
+        std::fprintf(stderr, "fedgate-shim: cannot join cgroup %s: %s\n", cgroup.c_str(),
+                     std::strerror(errno));
+      }
+      if (fd >= 0) ::close(fd);
+    }
     if (switch_user &&
         (::setgroups(0, nullptr) != 0 || ::setgid(gid) != 0 || ::setuid(uid) != 0)) {
       std::fprintf(stderr, "fedgate-shim: cannot run as uid %u: %s\n", uid, std::strerror(errno));
@@ -66,8 +79,8 @@ int ShimMain(int argc, char** argv) {
                    std::strerror(errno));
       ::_exit(126);
     }
-    ::execvp(argv[6], argv + 6);
-    std::fprintf(stderr, "fedgate: cannot start \"%s\": %s\n", argv[6], std::strerror(errno));
+    ::execvp(argv[7], argv + 7);
+    std::fprintf(stderr, "fedgate: cannot start \"%s\": %s\n", argv[7], std::strerror(errno));
     ::_exit(127);
   }
   int status = 0;

@@ -6,8 +6,8 @@
 // and learns how it ended. It ignores SIGTERM itself (the rank, in the same
 // process group, gets it); SIGKILL of the group ends both.
 //
-//   fedgate-shim EXIT_FILE UID GID WORKDIR -- ARGV...
-//   (UID/GID "-" = stay who the gateway is)
+//   fedgate-shim EXIT_FILE UID GID WORKDIR CGROUP -- ARGV...
+//   (UID/GID "-" = stay who the gateway is; CGROUP "-" = none)
 #pragma once
 
 namespace fedgate::gateway {

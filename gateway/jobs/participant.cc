@@ -171,6 +171,7 @@ bool Participant::ReattachLocked(const std::string& job_id, uint32_t attempt, ui
   s.key.set_epoch(epoch);
   s.preemptible = rec.preemptible();
   s.started_at_ms = rec.started_at_unix_ms();
+  s.cgroup = rec.cgroup();
   for (const auto& g : h.gpus) s.gpus_by_node[g.node] += g.indices.size();
   // A fresh lease: the coordinator's renewals find the slice again.
   s.lease_ms = federation::ClampMs(rec.lease_ms(), 1000, 60 * 60 * 1000);
@@ -271,6 +272,7 @@ void Participant::Stop() {
     for (auto& r : s.ranks) {
       if (!r.exited) exec_.Signal(r.pid, SIGKILL);
     }
+    KillCgroup(s.cgroup);
   }
 }
 
@@ -884,7 +886,10 @@ absl::StatusOr<v1::CommitResponse> Participant::Commit(const std::string& from,
   }
   std::vector<std::pair<std::string, std::string>> base;
   for (const auto& [k, v] : req.env()) base.emplace_back(k, v);
+  s.cgroup = CreateSliceCgroup(cgroups_, StrCat(key.job_id(), "-", key.epoch()),
+                               config_.executor_memory_limit, config_.executor_pids_limit);
   v1::SliceRecord rec;
+  rec.set_cgroup(s.cgroup);
   rec.set_coordinator(from);
   rec.set_tenant(hold->tenant);
   rec.set_priority(hold->priority);
@@ -937,7 +942,7 @@ absl::StatusOr<v1::CommitResponse> Participant::Commit(const std::string& from,
       for (const auto& kv : slurm_->ClientEnv()) env.push_back(kv);
     }
     RankProcessSpec spec{std::move(argv), RankEnv(env, work, exec_.user().name), log,
-                         log.substr(0, log.size() - 4) + ".exit", work};
+                         log.substr(0, log.size() - 4) + ".exit", work, s.cgroup};
     auto pid = exec_.Launch(spec);
     RankProc p;
     p.rank = r.rank();
@@ -1157,6 +1162,7 @@ void Participant::Sweep() {
         for (auto& r : s.ranks) {
           if (!r.exited) exec_.Signal(r.pid, SIGKILL);
         }
+        KillCgroup(s.cgroup);  // also what left the ranks' process groups
       }
       if (all_exited && s.state == SliceState::RUNNING && !s.stopping) {
         s.state = any_failed ? SliceState::FAILED : SliceState::SUCCEEDED;
@@ -1164,6 +1170,7 @@ void Participant::Sweep() {
       // The GPUs are free only once every rank of the slice has exited.
       if (all_exited && !s.released) {
         ledger_.Release(job, s.key.epoch());
+        RemoveCgroup(s.cgroup);  // stray processes of the slice go with it
         if (store_ != nullptr) {
           (void)store_->DeleteSlice(job, s.key.epoch());
           const std::string why = s.stopping ? s.message

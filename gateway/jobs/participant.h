@@ -22,6 +22,7 @@
 #include "fedgate/v1/federation.pb.h"
 #include "fedgate/v1/jobs.pb.h"
 #include "gateway/app/config.h"
+#include "gateway/exec/cgroup.h"
 #include "gateway/exec/process_executor.h"
 #include "gateway/exec/slurm.h"
 
@@ -51,6 +52,8 @@ class Participant {
   // executor.kind slurm: holds are Slurm allocations, ranks Slurm steps, and
   // the nodes come from Slurm (before Start).
   void SetSlurm(SlurmCluster* slurm) { slurm_ = slurm; }
+  // Per-slice cgroups, where DetectCgroups found them (before Start).
+  void SetCgroups(CgroupSupport cg) { cgroups_ = std::move(cg); }
   // Re-reads Slurm's nodes: new nodes, GPUs its own users took, drained or
   // down nodes (none of their GPUs offered). The sweeper runs it every
   // advertise interval.
@@ -144,6 +147,7 @@ class Participant {
     std::map<std::string, uint32_t> gpus_by_node;
     std::string preempted_by;  // the job that preempted it
     std::vector<std::string> preempt_files;
+    std::string cgroup;  // "" = none
     bool released = false;    // every rank exited and the hold's GPUs are free
     bool reported = false;    // ... and its coordinator has asked since
     int64_t ended_at_ms = 0;  // when released; finished slices are pruned later
@@ -159,6 +163,7 @@ class Participant {
   using Allocs = std::map<std::string, std::pair<uint64_t, uint32_t>>;
   std::map<SliceKey, Allocs> slurm_allocs_;
   SlurmCluster* slurm_ = nullptr;
+  CgroupSupport cgroups_;
   // Allocations whose hold is gone (aborted, expired, released): cancelled
   // by the caller after the lock is dropped.
   std::vector<uint64_t> StaleAllocsLocked();

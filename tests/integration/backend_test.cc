@@ -100,6 +100,30 @@ TEST_F(BackendTest, RanksOutliveKillNineAndSigtermOfBothGateways) {
                          10000));
 }
 
+TEST_F(BackendTest, AStopKillsTheWholeSliceCgroupEvenEscapedProcesses) {
+  AddSite("site-a", {}, 1);
+  fed_.StartAll();
+  ASSERT_TRUE(fed_.WaitReady("site-a"));
+  ASSERT_NE(fed_.log("site-a").find("cgroup v2 at"), std::string::npos)
+      << "this host offers a writable cgroup2 mount (CI does): " << fed_.log("site-a");
+  const std::string id = Submit(
+      "site-a", "name: stray\ngpus: 1\ncommand: [sh, -c, 'setsid sleep 300 & echo stray=$!; "
+                "sleep 300']\n");
+  ASSERT_TRUE(WaitState("site-a", id, v1::Job::RUNNING, 20000)) << Get("site-a", id).reason();
+  long stray = 0;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const std::string log = RankLog("site-a", id, 1, 0);
+        const size_t at = log.find("stray=");
+        return at != std::string::npos && std::sscanf(log.c_str() + at, "stray=%ld", &stray) == 1;
+      },
+      5000));
+  ASSERT_EQ(::kill(static_cast<pid_t>(stray), 0), 0) << "the escaped process runs";
+  ASSERT_EQ(Alice("site-a", {"jobs", "cancel", id}).exit_code, 0);
+  EXPECT_TRUE(Eventually([&] { return ::kill(static_cast<pid_t>(stray), 0) != 0; }, 10000))
+      << "a process that left the rank's process group dies with the slice's cgroup";
+}
+
 TEST_F(BackendTest, ConcurrentJobsNeverShareAMasterPort) {
   AddSite("site-a", {}, 4, "A100-80GB", "executor: {port_range: 31000-31003, work_dir: " +
                                             fed_.work_root() + "/site-a}\n");

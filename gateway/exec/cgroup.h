@@ -1,0 +1,36 @@
+// Per-slice cgroups (v2), where this host lets the gateway use them: each
+// slice's ranks go into their own cgroup, so a stop kills every process of
+// the slice (cgroup.kill), also ones that left the rank's process group,
+// and memory and pids limits apply where those controllers exist. What is
+// there is detected, used and reported; nothing is assumed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace fedgate::gateway {
+
+struct CgroupSupport {
+  std::string root;  // our folder in a writable cgroup2 mount; "" = no cgroups
+  bool kill = false;    // cgroup.kill
+  bool memory = false;  // memory.max
+  bool pids = false;    // pids.max
+  // One line for the start-up log ("cgroup v2 at ...: cgroup.kill; no memory ...").
+  std::string Describe() const;
+};
+
+// Looks for a cgroup2 mount (in /proc/self/mounts) where `name` can be
+// created and enables the memory and pids controllers for it where the
+// kernel offers them.
+CgroupSupport DetectCgroups(const std::string& name);
+
+// The slice's cgroup with the limits that can apply (0 = none); "" when
+// cgroups are not available or it cannot be made.
+std::string CreateSliceCgroup(const CgroupSupport& cg, const std::string& slice,
+                              int64_t memory_limit_bytes, int64_t pids_limit);
+// Kills every process in it (cgroup.kill); false when that is not possible.
+bool KillCgroup(const std::string& path);
+// Removes it once empty (kills what is left first).
+void RemoveCgroup(const std::string& path);
+
+}  // namespace fedgate::gateway
