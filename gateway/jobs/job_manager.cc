@@ -274,18 +274,25 @@ absl::StatusOr<int64_t> ParseWhen(const std::string& text, const char* flag, int
       StrCat(flag, " \"", text.substr(0, 64), "\" is neither RFC 3339 nor a duration like 24h"));
 }
 
+// The tenant a caller may ask about: a tenant's user only its own (the
+// default for them); an admin any, or all ("").
+absl::StatusOr<std::string> TenantInScope(const Identity& caller, const std::string& asked,
+                                          const char* what) {
+  if (caller.role != Role::kUser) return asked;
+  if (!asked.empty() && asked != caller.tenant) {
+    return absl::PermissionDeniedError(
+        StrCat("tenant ", caller.tenant, " may only see its own ", what, ", not ", asked, "'s"));
+  }
+  return caller.tenant;
+}
+
 }  // namespace
 
 absl::StatusOr<v1::QuotasResponse> JobManager::Quotas(const Identity& caller,
                                                       const v1::QuotasRequest& req) {
-  std::string tenant = req.tenant();
-  if (caller.role == Role::kUser) {
-    if (!tenant.empty() && tenant != caller.tenant) {
-      return absl::PermissionDeniedError(StrCat("tenant ", caller.tenant,
-                                                " may only see its own quota, not ", tenant, "'s"));
-    }
-    tenant = caller.tenant;
-  }
+  auto scope = TenantInScope(caller, req.tenant(), "quota");
+  if (!scope.ok()) return scope.status();
+  const std::string tenant = *scope;
   v1::QuotasResponse out;
   for (auto& q : core_->Quotas()) {
     if (tenant.empty() || q.tenant() == tenant) *out.add_quotas() = std::move(q);
@@ -298,14 +305,9 @@ absl::StatusOr<v1::QuotasResponse> JobManager::Quotas(const Identity& caller,
 
 absl::StatusOr<v1::UsageResponse> JobManager::Usage(const Identity& caller,
                                                     const v1::UsageRequest& req) {
-  std::string tenant = req.tenant();
-  if (caller.role == Role::kUser) {
-    if (!tenant.empty() && tenant != caller.tenant) {
-      return absl::PermissionDeniedError(StrCat("tenant ", caller.tenant,
-                                                " may only see its own usage, not ", tenant, "'s"));
-    }
-    tenant = caller.tenant;
-  }
+  auto scope = TenantInScope(caller, req.tenant(), "usage");
+  if (!scope.ok()) return scope.status();
+  const std::string tenant = *scope;
   const int64_t now = core_->clock()->NowMs();
   auto since = ParseWhen(req.since(), "--since", now, 0);
   if (!since.ok()) return since.status();
