@@ -244,7 +244,11 @@ bool Coordinator::TryStart(JobRecord job, const std::vector<std::string>& unreac
   v1::JobSpec avoiding = spec;
   for (const auto& s : run.avoided_sites()) avoiding.add_avoided_sites(s);
   const int64_t now = core_->clock()->NowMs();
-  auto wait = [&](const std::string& reason) {
+  auto wait = [&](std::string reason) {
+    // A preempted job keeps saying so while it waits to run again.
+    if (job.reason.rfind("preempted by ", 0) == 0) {
+      reason = StrCat(job.reason.substr(0, job.reason.find(';')), "; ", reason);
+    }
     if (reason != job.reason) {
       job.reason = reason;
       job.updated_at_unix_ms = now;

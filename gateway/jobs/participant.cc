@@ -125,7 +125,8 @@ void Participant::CleanUpAfterRestart() {
   // of a crash is counted, never a finished record lost); re-attached ones
   // stay open until their ranks exit.
   if (store_ != nullptr) {
-    auto open = store_->ListUsage(0, INT64_MAX, "");
+    // Only records still open overlap a window that starts now.
+    auto open = store_->ListUsage(clock_->NowMs(), INT64_MAX, "");
     std::vector<federation::UsageRecord> closed;
     if (open.ok()) {
       for (const auto& r : *open) {
@@ -1236,6 +1237,8 @@ void Participant::RefreshSlurm() {
   bool changed = false;
   {
     std::lock_guard lock(mu_);
+    std::map<std::string, uint32_t> before;
+    for (const auto& n : config_.nodes) before[n.name] = ledger_.FreeGpus(n.name);
     if (refreshed.ok()) {
       std::vector<federation::Node> nodes;
       std::map<std::string, uint32_t> sizes;
@@ -1267,7 +1270,9 @@ void Participant::RefreshSlurm() {
         config_.nodes = std::move(nodes);
         ledger_.SetNodes(sizes);
       }
-      changed = true;
+      std::map<std::string, uint32_t> after;
+      for (const auto& n : config_.nodes) after[n.name] = ledger_.FreeGpus(n.name);
+      changed = after != before;  // re-advertise only when what is offered moved
     }
   }
   if (changed && on_change_) on_change_();

@@ -164,7 +164,7 @@ TEST_F(GovernanceTest, GuaranteedJobPreemptsASpotJobOfAnotherCoordinator) {
                                   std::chrono::system_clock::now().time_since_epoch())
                                   .count();
   const std::string guaranteed =
-      Submit("site-a", "name: g\ngpus: 4\nallowed_sites: [site-a]\ncommand: [sleep, '2']\n");
+      Submit("site-a", "name: g\ngpus: 4\nallowed_sites: [site-a]\ncommand: [sleep, '6']\n");
   ASSERT_TRUE(WaitState("site-a", guaranteed, v1::Job::RUNNING, 8000))
       << Get("site-a", guaranteed).reason() << fed_.log("site-a");
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
