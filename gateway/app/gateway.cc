@@ -17,6 +17,7 @@
 #include "gateway/peering/prober.h"
 #include "gateway/jobs/coordinator.h"
 #include "gateway/peering/core.h"
+#include "gateway/exec/slurm.h"
 #include "gateway/jobs/participant.h"
 #include "gateway/jobs/participant_client.h"
 #include "gateway/api/rest_server.h"
@@ -98,7 +99,7 @@ absl::Status Gateway::Start() {
     std::string shim = ec ? "" : (self.parent_path() / "fedgate-shim").string();
     if (!shim.empty() && ::access(shim.c_str(), X_OK) != 0) shim.clear();
     participant_->SetExecutor(shim, *user);
-    participant_->SetSlurm(slurm_.get());
+    if (slurm_) participant_->SetBackend(MakeSlurmBackend(slurm_.get()));
     const CgroupSupport cg = shim.empty() ? CgroupSupport{} : DetectCgroups("fedgate-" + config_.site);
     participant_->SetCgroups(cg);
     if (!cg.memory && config_.executor_memory_limit > 0) {

@@ -16,7 +16,6 @@
 #include <cstdio>
 #include <optional>
 #include <fstream>
-#include <future>
 #include <sstream>
 
 #include "federation/clock.h"
@@ -80,10 +79,10 @@ void Participant::CleanUpAfterRestart() {
       attached.insert({ss.job_id, ss.epoch});
       continue;
     }
-    // Its Slurm allocations go with it (the next sweep cancels them: no hold).
-    if (parsed && !rec.slurm_jobs().empty()) {
-      Allocs& stale = slurm_allocs_[{ss.job_id, ss.epoch}];
-      for (const auto& [node, id] : rec.slurm_jobs()) stale[node] = {id, 0};
+    // Its reservations go with it (the next sweep gives them back: no hold).
+    if (parsed && !rec.backend_ids().empty()) {
+      Allocs& stale = allocs_[{ss.job_id, ss.epoch}];
+      for (const auto& [node, id] : rec.backend_ids()) stale[node] = {id, 0};
     }
     Slice s;
     s.key.set_job_id(ss.job_id);
@@ -154,11 +153,11 @@ bool Participant::ReattachLocked(const std::string& job_id, uint32_t attempt, ui
   h.priority = rec.priority();
   for (const auto& g : rec.gpus()) h.gpus.push_back({g.node(), {g.indices().begin(), g.indices().end()}});
   h.master_port = rec.master_port();
-  if (!rec.slurm_jobs().empty()) {
-    Allocs& allocs = slurm_allocs_[{job_id, epoch}];
+  if (!rec.backend_ids().empty()) {
+    Allocs& allocs = allocs_[{job_id, epoch}];
     for (const auto& g : rec.gpus()) {
-      auto j = rec.slurm_jobs().find(g.node());
-      if (j != rec.slurm_jobs().end()) allocs[g.node()] = {j->second, static_cast<uint32_t>(g.indices_size())};
+      auto j = rec.backend_ids().find(g.node());
+      if (j != rec.backend_ids().end()) allocs[g.node()] = {j->second, static_cast<uint32_t>(g.indices_size())};
     }
   }
   const int64_t now = clock_->NowMs();
@@ -207,17 +206,16 @@ Participant::~Participant() { Stop(); }
 
 void Participant::Start() {
   LoadQuotas();
-  RefreshSlurm();  // Slurm's nodes first: re-attached holds land on them
+  RefreshNodes();  // the backend's nodes first: re-attached holds land on them
   CleanUpAfterRestart();
-  RefreshSlurm();
   sweeper_ = std::thread([this] {
     int64_t next_retention = 0;
-    auto next_slurm = std::chrono::steady_clock::now();
+    auto next_nodes = std::chrono::steady_clock::now();
     while (!stop_) {
       Sweep();
-      if (slurm_ != nullptr && std::chrono::steady_clock::now() >= next_slurm) {
-        RefreshSlurm();
-        next_slurm = std::chrono::steady_clock::now() +
+      if (std::chrono::steady_clock::now() >= next_nodes) {
+        RefreshNodes();
+        next_nodes = std::chrono::steady_clock::now() +
                      std::chrono::milliseconds(config_.advertise_interval_ms);
       }
       // Once a minute (and at start): logs and job folders past retention.
@@ -642,10 +640,10 @@ absl::StatusOr<v1::PrepareResponse> Participant::Prepare(const std::string& from
       }
     }
   }
-  if (quota_changed) {
-    if (on_change_) on_change_();  // the home site's ad carries the tenant's use
-    return resp;
-  }
+  // The tenant's use reaches the ad with the next advertise interval: a
+  // re-advertise here (a store write for the ad's seq) would sit on every
+  // reservation's critical path, and the home site decides anyway.
+  if (quota_changed) return resp;
   {
     std::lock_guard lock(mu_);
     const int64_t now = clock_->NowMs();
@@ -679,48 +677,34 @@ absl::StatusOr<v1::PrepareResponse> Participant::Prepare(const std::string& from
     if (on_change_) on_change_();  // victims leave the preemptible count
     return preempting;
   }
-  bool allocated = false;  // a duplicate Prepare: Slurm already holds it
-  if (slurm_ != nullptr) {
+  bool reserved = false;  // a duplicate Prepare: the backend holds it already
+  {
     std::lock_guard lock(mu_);
-    allocated = slurm_allocs_.contains({key.job_id(), key.epoch()});
+    reserved = allocs_.contains({key.job_id(), key.epoch()});
   }
-  if (slurm_ != nullptr && !allocated) {
-    // The hold becomes a real Slurm allocation per node, so nobody else
-    // takes the GPUs before the commit. Outside the lock: salloc takes time.
-    Allocs allocs;
-    absl::Status failed;
-    const RankUser& user = exec_.user();
-    // One allocation per node, all at once: the coordinator's deadline is short.
-    std::vector<std::future<absl::StatusOr<uint64_t>>> pending;
-    for (const auto& h : resp.holds()) {
-      pending.push_back(std::async(std::launch::async, [&, node = h.node(), n = h.indices_size()] {
-        return slurm_->Allocate(StrCat("fedgate-", key.job_id(), "-", key.attempt()), node, n,
-                                req.tenant(), user.uid, user.gid, user.switch_user);
-      }));
-    }
-    for (int i = 0; i < resp.holds_size(); ++i) {
-      auto id = pending[i].get();
-      if (!id.ok()) {
-        if (failed.ok()) failed = id.status();
-        continue;
-      }
-      allocs[resp.holds(i).node()] = {*id, static_cast<uint32_t>(resp.holds(i).indices_size())};
-    }
+  if (!reserved && backend_->Kind() != "process") {
+    // The hold becomes real where a resource manager must agree (Slurm: an
+    // allocation per node), so nobody else takes the GPUs before the
+    // commit. Outside the lock: it takes time.
+    std::map<std::string, uint32_t> gpus;
+    for (const auto& h : resp.holds()) gpus[h.node()] += h.indices_size();
+    auto allocs = backend_->Reserve(StrCat("fedgate-", key.job_id(), "-", key.attempt()), gpus,
+                                    req.tenant(), exec_.user());
     std::lock_guard lock(mu_);
-    if (failed.ok() && ledger_.Find(key.job_id(), key.epoch()) != nullptr) {
-      slurm_allocs_[{key.job_id(), key.epoch()}] = std::move(allocs);
-    } else {
-      // Refused, or aborted meanwhile: the allocations made are cancelled
-      // by the next sweep, and the hold goes.
-      slurm_allocs_[{key.job_id(), key.epoch()}] = std::move(allocs);
-      const federation::Hold* h = ledger_.Find(key.job_id(), key.epoch());
+    const federation::Hold* h = ledger_.Find(key.job_id(), key.epoch());
+    if (!allocs.ok() || h == nullptr) {
+      // Refused, or aborted meanwhile: what was reserved is given back by
+      // the next sweep, and the hold goes.
+      if (allocs.ok()) allocs_[{key.job_id(), key.epoch()}] = std::move(*allocs);
       if (h != nullptr && h->state == federation::HoldState::kPrepared) {
         ledger_.Release(key.job_id(), key.epoch());
       }
-      if (failed.ok()) failed = absl::AbortedError("aborted while Slurm allocated");
+      const absl::Status failed =
+          allocs.ok() ? absl::AbortedError("aborted while the backend reserved") : allocs.status();
       spdlog::warn("job {}: {}", key.job_id(), std::string(failed.message()));
       return failed;
     }
+    allocs_[{key.job_id(), key.epoch()}] = std::move(*allocs);
   }
   CrashPoint("participant-after-prepare");
   spdlog::info("job {} attempt {} epoch {}: holding GPUs for {}", key.job_id(), key.attempt(),
@@ -903,9 +887,10 @@ absl::StatusOr<v1::CommitResponse> Participant::Commit(const std::string& from,
   rec.set_preemptible(s.preemptible);
   rec.set_started_at_unix_ms(s.started_at_ms);
   rec.set_master_port(hold->master_port);
-  if (auto a = slurm_allocs_.find({key.job_id(), key.epoch()}); a != slurm_allocs_.end()) {
-    for (const auto& [node, alloc] : a->second) (*rec.mutable_slurm_jobs())[node] = alloc.first;
-  }
+  const Allocs reservation = allocs_.contains({key.job_id(), key.epoch()})
+                                 ? allocs_.at({key.job_id(), key.epoch()})
+                                 : Allocs{};
+  for (const auto& [node, alloc] : reservation) (*rec.mutable_backend_ids())[node] = alloc.first;
   for (int i = 0; i < req.ranks_size(); ++i) {
     const auto& r = req.ranks(i);
     auto env = base;
@@ -928,21 +913,11 @@ absl::StatusOr<v1::CommitResponse> Participant::Commit(const std::string& from,
         StrCat(work, "/.fedgate-preempt-", key.attempt(), "-", r.rank());
     env.emplace_back("FEDGATE_PREEMPT_FILE", preempt_file);
     s.preempt_files.push_back(preempt_file);
-    std::vector<std::string> argv(req.command().begin(), req.command().end());
-    if (slurm_ != nullptr) {
-      // A one-GPU step of the node's allocation: Slurm binds the GPU
-      // (CUDA_VISIBLE_DEVICES) and sets SLURM_JOB_ID.
-      auto a = slurm_allocs_.find({key.job_id(), key.epoch()});
-      if (a == slurm_allocs_.end() || !a->second.contains(r.node())) {
-        return absl::FailedPreconditionError(
-            StrCat("no Slurm allocation of job ", key.job_id(), " on node ", r.node()));
-      }
-      argv = slurm_->StepArgv(a->second.at(r.node()).first, r.node(),
-                              StrCat("fedgate-", key.job_id(), "-rank-", r.rank()), argv);
-      std::erase_if(env, [](const auto& kv) { return kv.first == "CUDA_VISIBLE_DEVICES"; });
-      for (const auto& kv : slurm_->ClientEnv()) env.push_back(kv);
-    }
-    RankProcessSpec spec{std::move(argv), RankEnv(env, work, exec_.user().name), log,
+    auto argv = backend_->RankCommand(reservation, r.node(),
+                                      StrCat("fedgate-", key.job_id(), "-rank-", r.rank()),
+                                      {req.command().begin(), req.command().end()}, &env);
+    if (!argv.ok()) return argv.status();
+    RankProcessSpec spec{std::move(*argv), RankEnv(env, work, exec_.user().name), log,
                          log.substr(0, log.size() - 4) + ".exit", work, s.cgroup};
     auto pid = exec_.Launch(spec);
     RankProc p;
@@ -1022,13 +997,16 @@ absl::StatusOr<v1::AbortResponse> Participant::Abort(const std::string& from,
                                                      const v1::AbortRequest& req) {
   const auto& key = req.key();
   if (auto st = CheckJobId(key.job_id()); !st.ok()) return st;
+  bool gpus_moved = false;  // only then is the ad out of date
   {
     std::lock_guard lock(mu_);
     const size_t quota_holds = quota_.holds().size();
     if (auto st = quota_.Abort(key.job_id(), key.epoch(), from); !st.ok()) return st;
     quota_dirty_ = quota_dirty_ || quota_.holds().size() != quota_holds;
+    const size_t gpu_holds = ledger_.holds().size();
     auto stopping = ledger_.Abort(key.job_id(), key.attempt(), key.epoch(), from);
     if (!stopping.ok()) return stopping.status();
+    gpus_moved = !stopping->empty() || ledger_.holds().size() != gpu_holds;
     const int64_t grace = federation::ClampMs(req.grace_ms(), 0, 10 * 60 * 1000);
     for (const auto& k : *stopping) {
       auto it = slices_.find(k);
@@ -1037,7 +1015,7 @@ absl::StatusOr<v1::AbortResponse> Participant::Abort(const std::string& from,
       }
     }
   }
-  if (on_change_) on_change_();
+  if (gpus_moved && on_change_) on_change_();
   return v1::AbortResponse();
 }
 
@@ -1123,7 +1101,7 @@ absl::StatusOr<v1::ReadLogResponse> Participant::ReadLog(const std::string& from
 
 void Participant::Sweep() {
   bool changed = false;
-  std::vector<uint64_t> stale;
+  std::vector<Allocs> stale;
   {
     std::lock_guard lock(mu_);
     const int64_t now = clock_->NowMs();
@@ -1210,70 +1188,53 @@ void Participant::Sweep() {
     ledger_.CheckInvariants();
     stale = StaleAllocsLocked();
   }
-  for (uint64_t id : stale) {
-    if (auto st = slurm_->Cancel(id); !st.ok()) {
-      spdlog::warn("slurm: cancelling allocation {}: {}", id, std::string(st.message()));
-    }
-  }
+  for (const auto& a : stale) backend_->Release(a);
   if (changed && on_change_) on_change_();
 }
 
-std::vector<uint64_t> Participant::StaleAllocsLocked() {
-  std::vector<uint64_t> out;
-  for (auto it = slurm_allocs_.begin(); it != slurm_allocs_.end();) {
+std::vector<Participant::Allocs> Participant::StaleAllocsLocked() {
+  std::vector<Allocs> out;
+  for (auto it = allocs_.begin(); it != allocs_.end();) {
     if (ledger_.holds().contains(it->first)) {
       ++it;
       continue;
     }
-    for (const auto& [node, alloc] : it->second) out.push_back(alloc.first);
-    it = slurm_allocs_.erase(it);
+    out.push_back(std::move(it->second));
+    it = allocs_.erase(it);
   }
   return out;
 }
 
-void Participant::RefreshSlurm() {
-  if (slurm_ == nullptr) return;
-  const auto refreshed = slurm_->Refresh();
+void Participant::RefreshNodes() {
+  auto nodes = backend_->Nodes();  // outside the lock: it asks the resource manager
+  if (!nodes) return;
   bool changed = false;
   {
     std::lock_guard lock(mu_);
-    std::map<std::string, uint32_t> before;
+    std::map<std::string, uint32_t> before, after, sizes;
     for (const auto& n : config_.nodes) before[n.name] = ledger_.FreeGpus(n.name);
-    if (refreshed.ok()) {
-      std::vector<federation::Node> nodes;
-      std::map<std::string, uint32_t> sizes;
-      const auto inventory = slurm_->InventoryNodes();
-      for (const auto& sn : slurm_->nodes()) {
-        if (sn.gpus == 0) continue;
-        federation::Node n;
-        n.name = sn.name;
-        n.address = sn.addr;
-        n.gpus = sn.gpus;
-        n.gpu_model = sn.gres_type;
-        for (const auto& inv : inventory) {
-          if (inv.name == sn.name) n.gpu_model = inv.gpu_model;
-        }
-        sizes[n.name] = n.gpus;
-        nodes.push_back(std::move(n));
-        // What Slurm's own users hold: allocated GPUs that are not ours.
-        uint32_t ours = 0;
-        for (const auto& [key, allocs] : slurm_allocs_) {
-          if (auto a = allocs.find(sn.name); a != allocs.end()) ours += a->second.second;
-        }
-        const uint32_t external = !sn.usable() ? sn.gpus : sn.used > ours ? sn.used - ours : 0;
-        ledger_.SetExternal(sn.name, external);
+    std::vector<federation::Node> list;
+    for (const auto& st : *nodes) {
+      sizes[st.node.name] = st.node.gpus;
+      list.push_back(st.node);
+      // What the resource manager's own users hold: allocated GPUs not ours.
+      uint32_t ours = 0;
+      for (const auto& [key, allocs] : allocs_) {
+        if (auto a = allocs.find(st.node.name); a != allocs.end()) ours += a->second.second;
       }
-      if (nodes.size() != config_.nodes.size() ||
-          !std::equal(nodes.begin(), nodes.end(), config_.nodes.begin(), [](const auto& a, const auto& b) {
-            return a.name == b.name && a.gpus == b.gpus && a.address == b.address;
-          })) {
-        config_.nodes = std::move(nodes);
-        ledger_.SetNodes(sizes);
-      }
-      std::map<std::string, uint32_t> after;
-      for (const auto& n : config_.nodes) after[n.name] = ledger_.FreeGpus(n.name);
-      changed = after != before;  // re-advertise only when what is offered moved
+      ledger_.SetExternal(st.node.name, !st.usable            ? st.node.gpus
+                                        : st.allocated > ours ? st.allocated - ours
+                                                              : 0);
     }
+    if (list.size() != config_.nodes.size() ||
+        !std::equal(list.begin(), list.end(), config_.nodes.begin(), [](const auto& a, const auto& b) {
+          return a.name == b.name && a.gpus == b.gpus && a.address == b.address;
+        })) {
+      config_.nodes = std::move(list);
+      ledger_.SetNodes(sizes);
+    }
+    for (const auto& n : config_.nodes) after[n.name] = ledger_.FreeGpus(n.name);
+    changed = after != before;  // re-advertise only when what is offered moved
   }
   if (changed && on_change_) on_change_();
 }

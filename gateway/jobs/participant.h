@@ -24,7 +24,7 @@
 #include "gateway/app/config.h"
 #include "gateway/exec/cgroup.h"
 #include "gateway/exec/process_executor.h"
-#include "gateway/exec/slurm.h"
+#include "gateway/exec/site_backend.h"
 
 namespace fedgate::federation {
 class Clock;
@@ -49,15 +49,15 @@ class Participant {
   // Who ranks run as and the shim that supervises them (before Start);
   // without a shim, ranks are the gateway's children and die with it.
   void SetExecutor(std::string shim, RankUser user) { exec_.Configure(std::move(shim), std::move(user)); }
-  // executor.kind slurm: holds are Slurm allocations, ranks Slurm steps, and
-  // the nodes come from Slurm (before Start).
-  void SetSlurm(SlurmCluster* slurm) { slurm_ = slurm; }
+  // How holds become real and ranks run (before Start); the process
+  // backend unless set (executor.kind slurm: MakeSlurmBackend).
+  void SetBackend(std::unique_ptr<SiteBackend> backend) { backend_ = std::move(backend); }
   // Per-slice cgroups, where DetectCgroups found them (before Start).
   void SetCgroups(CgroupSupport cg) { cgroups_ = std::move(cg); }
-  // Re-reads Slurm's nodes: new nodes, GPUs its own users took, drained or
-  // down nodes (none of their GPUs offered). The sweeper runs it every
-  // advertise interval.
-  void RefreshSlurm();
+  // Re-reads the backend's nodes (Slurm: new nodes, GPUs its own users
+  // took, drained or down nodes, none of whose GPUs are offered). The
+  // sweeper runs it every advertise interval; a no-op for static nodes.
+  void RefreshNodes();
   void Start();
   // Stops the sweeper and every rank.
   void Stop();
@@ -159,14 +159,14 @@ class Participant {
   bool ReattachLocked(const std::string& job_id, uint32_t attempt, uint64_t epoch,
                       const v1::SliceRecord& rec);
   std::string WorkDir(const std::string& job) const;
-  // Slurm allocations of live holds, node -> (Slurm job id, GPUs).
-  using Allocs = std::map<std::string, std::pair<uint64_t, uint32_t>>;
-  std::map<SliceKey, Allocs> slurm_allocs_;
-  SlurmCluster* slurm_ = nullptr;
+  // The backend's reservations of live holds (Slurm allocations).
+  using Allocs = SiteBackend::Allocs;
+  std::map<SliceKey, Allocs> allocs_;
+  std::unique_ptr<SiteBackend> backend_ = MakeProcessBackend();
   CgroupSupport cgroups_;
-  // Allocations whose hold is gone (aborted, expired, released): cancelled
-  // by the caller after the lock is dropped.
-  std::vector<uint64_t> StaleAllocsLocked();
+  // Reservations whose hold is gone (aborted, expired, released): given
+  // back by the caller after the lock is dropped.
+  std::vector<Allocs> StaleAllocsLocked();
   v1::NodeView NodeLocked(const federation::Node& n) const;
   const federation::Node* FindNode(const std::string& name) const;
   void StopSliceLocked(Slice* s, const std::string& why, int64_t grace_ms = 0);

@@ -1,0 +1,118 @@
+#include "gateway/exec/site_backend.h"
+
+#include <spdlog/spdlog.h>
+
+#include <future>
+
+#include "base/str_cat.h"
+#include "gateway/exec/slurm.h"
+
+namespace fedgate::gateway {
+namespace {
+
+class ProcessBackend final : public SiteBackend {
+ public:
+  std::string Kind() const override { return "process"; }
+  std::optional<std::vector<NodeState>> Nodes() override { return std::nullopt; }
+  absl::StatusOr<Allocs> Reserve(const std::string&, const std::map<std::string, uint32_t>&,
+                                 const std::string&, const RankUser&) override {
+    return Allocs{};
+  }
+  absl::StatusOr<std::vector<std::string>> RankCommand(
+      const Allocs&, const std::string&, const std::string&,
+      const std::vector<std::string>& command,
+      std::vector<std::pair<std::string, std::string>>*) const override {
+    return command;
+  }
+  void Release(const Allocs&) override {}
+};
+
+class SlurmBackend final : public SiteBackend {
+ public:
+  explicit SlurmBackend(SlurmCluster* cluster) : cluster_(cluster) {}
+  std::string Kind() const override { return "slurm"; }
+
+  std::optional<std::vector<NodeState>> Nodes() override {
+    if (!cluster_->Refresh().ok()) return std::nullopt;  // the last view stays
+    const auto inventory = cluster_->InventoryNodes();
+    std::vector<NodeState> out;
+    for (const auto& sn : cluster_->nodes()) {
+      if (sn.gpus == 0) continue;
+      NodeState s;
+      s.node.name = sn.name;
+      s.node.address = sn.addr;
+      s.node.gpus = sn.gpus;
+      s.node.gpu_model = sn.gres_type;
+      for (const auto& inv : inventory) {
+        if (inv.name == sn.name) s.node.gpu_model = inv.gpu_model;
+      }
+      s.usable = sn.usable();
+      s.allocated = sn.used;
+      out.push_back(std::move(s));
+    }
+    return out;
+  }
+
+  absl::StatusOr<Allocs> Reserve(const std::string& name,
+                                 const std::map<std::string, uint32_t>& gpus,
+                                 const std::string& tenant, const RankUser& user) override {
+    // One allocation per node, all at once: the coordinator's deadline is short.
+    std::vector<std::pair<std::string, std::future<absl::StatusOr<uint64_t>>>> pending;
+    for (const auto& [node, n] : gpus) {
+      pending.emplace_back(node, std::async(std::launch::async, [this, &name, &tenant, &user,
+                                                                 node = node, n = n] {
+        return cluster_->Allocate(name, node, n, tenant, user.uid, user.gid, user.switch_user);
+      }));
+    }
+    Allocs allocs;
+    absl::Status failed;
+    for (auto& [node, f] : pending) {
+      auto id = f.get();
+      if (id.ok()) {
+        allocs[node] = {*id, gpus.at(node)};
+      } else if (failed.ok()) {
+        failed = id.status();
+      }
+    }
+    if (!failed.ok()) {
+      Release(allocs);
+      return failed;
+    }
+    return allocs;
+  }
+
+  absl::StatusOr<std::vector<std::string>> RankCommand(
+      const Allocs& allocs, const std::string& node, const std::string& name,
+      const std::vector<std::string>& command,
+      std::vector<std::pair<std::string, std::string>>* env) const override {
+    auto a = allocs.find(node);
+    if (a == allocs.end()) {
+      return absl::FailedPreconditionError(StrCat("no Slurm allocation on node ", node));
+    }
+    // A one-GPU step of the node's allocation: Slurm binds the GPU
+    // (CUDA_VISIBLE_DEVICES) and sets SLURM_JOB_ID.
+    std::erase_if(*env, [](const auto& kv) { return kv.first == "CUDA_VISIBLE_DEVICES"; });
+    for (const auto& kv : cluster_->ClientEnv()) env->push_back(kv);
+    return cluster_->StepArgv(a->second.first, node, name, command);
+  }
+
+  void Release(const Allocs& allocs) override {
+    for (const auto& [node, alloc] : allocs) {
+      if (auto st = cluster_->Cancel(alloc.first); !st.ok()) {
+        spdlog::warn("slurm: cancelling allocation {}: {}", alloc.first, std::string(st.message()));
+      }
+    }
+  }
+
+ private:
+  SlurmCluster* cluster_;
+};
+
+}  // namespace
+
+std::unique_ptr<SiteBackend> MakeProcessBackend() { return std::make_unique<ProcessBackend>(); }
+std::unique_ptr<SiteBackend> MakeSlurmBackend(SlurmCluster* cluster) {
+  return std::make_unique<SlurmBackend>(cluster);
+}
+
+}  // namespace fedgate::gateway

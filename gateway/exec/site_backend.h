@@ -1,0 +1,61 @@
+// How a site makes a hold real and runs its ranks, behind one small
+// interface (DESIGN.md "Executor"):
+//   process  the embedded default: the ledger hold is the whole
+//            reservation; ranks run on this host;
+//   slurm    a Slurm allocation per node is the reservation (salloc) and
+//            each rank is a step in it (srun); nodes come from Slurm.
+// Both run each rank's command under the process executor's fedgate-shim,
+// so both are stopped with a grace period, read by log offset, and
+// re-attached after a gateway restart. A Kubernetes backend would reserve
+// an Indexed Job with nvidia.com/gpu limits per hold (not built).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "federation/inventory.h"
+#include "gateway/exec/process_executor.h"
+
+namespace fedgate::gateway {
+
+class SlurmCluster;
+
+class SiteBackend {
+ public:
+  // node -> (the resource manager's id of its reservation there, GPUs)
+  using Allocs = std::map<std::string, std::pair<uint64_t, uint32_t>>;
+  struct NodeState {
+    federation::Node node;
+    bool usable = true;      // drained, down: nothing of it is offered
+    uint32_t allocated = 0;  // GPUs the resource manager gave out, ours included
+  };
+
+  virtual ~SiteBackend() = default;
+  virtual std::string Kind() const = 0;
+  // The nodes as the resource manager sees them now; nullopt when they come
+  // from the config file (nothing to refresh).
+  virtual std::optional<std::vector<NodeState>> Nodes() = 0;
+  // Reserves `gpus` (node -> count) for a prepared hold named `name`.
+  virtual absl::StatusOr<Allocs> Reserve(const std::string& name,
+                                         const std::map<std::string, uint32_t>& gpus,
+                                         const std::string& tenant, const RankUser& user) = 0;
+  // The command that runs one rank in that reservation; may change its
+  // environment (Slurm binds CUDA_VISIBLE_DEVICES itself).
+  virtual absl::StatusOr<std::vector<std::string>> RankCommand(
+      const Allocs& allocs, const std::string& node, const std::string& name,
+      const std::vector<std::string>& command,
+      std::vector<std::pair<std::string, std::string>>* env) const = 0;
+  // Gives a reservation back (the slice ended, was aborted, or was lost).
+  virtual void Release(const Allocs& allocs) = 0;
+};
+
+std::unique_ptr<SiteBackend> MakeProcessBackend();
+std::unique_ptr<SiteBackend> MakeSlurmBackend(SlurmCluster* cluster);
+
+}  // namespace fedgate::gateway
