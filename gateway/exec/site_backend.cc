@@ -13,7 +13,7 @@ namespace {
 class ProcessBackend final : public SiteBackend {
  public:
   std::string Kind() const override { return "process"; }
-  std::optional<std::vector<NodeState>> Nodes() override { return std::nullopt; }
+  absl::StatusOr<std::optional<std::vector<NodeState>>> Nodes() override { return std::nullopt; }
   absl::StatusOr<Allocs> Reserve(const std::string&, const std::map<std::string, uint32_t>&,
                                  const std::string&, const RankUser&) override {
     return Allocs{};
@@ -32,8 +32,8 @@ class SlurmBackend final : public SiteBackend {
   explicit SlurmBackend(SlurmCluster* cluster) : cluster_(cluster) {}
   std::string Kind() const override { return "slurm"; }
 
-  std::optional<std::vector<NodeState>> Nodes() override {
-    if (!cluster_->Refresh().ok()) return std::nullopt;  // the last view stays
+  absl::StatusOr<std::optional<std::vector<NodeState>>> Nodes() override {
+    if (auto st = cluster_->Refresh(); !st.ok()) return st;
     const auto inventory = cluster_->InventoryNodes();
     std::vector<NodeState> out;
     for (const auto& sn : cluster_->nodes()) {

@@ -39,8 +39,9 @@ class SiteBackend {
   virtual ~SiteBackend() = default;
   virtual std::string Kind() const = 0;
   // The nodes as the resource manager sees them now; nullopt when they come
-  // from the config file (nothing to refresh).
-  virtual std::optional<std::vector<NodeState>> Nodes() = 0;
+  // from the config file (nothing to refresh); an error when it cannot be
+  // asked (then the site offers nothing: it could not reserve either).
+  virtual absl::StatusOr<std::optional<std::vector<NodeState>>> Nodes() = 0;
   // Reserves `gpus` (node -> count) for a prepared hold named `name`.
   virtual absl::StatusOr<Allocs> Reserve(const std::string& name,
                                          const std::map<std::string, uint32_t>& gpus,

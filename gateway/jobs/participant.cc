@@ -1206,15 +1206,23 @@ std::vector<Participant::Allocs> Participant::StaleAllocsLocked() {
 }
 
 void Participant::RefreshNodes() {
-  auto nodes = backend_->Nodes();  // outside the lock: it asks the resource manager
-  if (!nodes) return;
+  auto asked = backend_->Nodes();  // outside the lock: it asks the resource manager
+  if (asked.ok() && !*asked) return;
   bool changed = false;
   {
     std::lock_guard lock(mu_);
     std::map<std::string, uint32_t> before, after, sizes;
     for (const auto& n : config_.nodes) before[n.name] = ledger_.FreeGpus(n.name);
+    if (!asked.ok()) {
+      // Its resource manager does not answer: offer nothing until it does
+      // (a hold could not be made real anyway). Logged by the backend.
+      for (const auto& n : config_.nodes) ledger_.SetExternal(n.name, n.gpus);
+      for (const auto& n : config_.nodes) after[n.name] = ledger_.FreeGpus(n.name);
+      changed = after != before;
+    }
+    const std::vector<SiteBackend::NodeState> none;
     std::vector<federation::Node> list;
-    for (const auto& st : *nodes) {
+    for (const auto& st : asked.ok() ? **asked : none) {
       sizes[st.node.name] = st.node.gpus;
       list.push_back(st.node);
       // What the resource manager's own users hold: allocated GPUs not ours.
@@ -1226,15 +1234,17 @@ void Participant::RefreshNodes() {
                                         : st.allocated > ours ? st.allocated - ours
                                                               : 0);
     }
-    if (list.size() != config_.nodes.size() ||
+    if (asked.ok() && (list.size() != config_.nodes.size() ||
         !std::equal(list.begin(), list.end(), config_.nodes.begin(), [](const auto& a, const auto& b) {
           return a.name == b.name && a.gpus == b.gpus && a.address == b.address;
-        })) {
+        }))) {
       config_.nodes = std::move(list);
       ledger_.SetNodes(sizes);
     }
-    for (const auto& n : config_.nodes) after[n.name] = ledger_.FreeGpus(n.name);
-    changed = after != before;  // re-advertise only when what is offered moved
+    if (asked.ok()) {
+      for (const auto& n : config_.nodes) after[n.name] = ledger_.FreeGpus(n.name);
+      changed = after != before;  // re-advertise only when what is offered moved
+    }
   }
   if (changed && on_change_) on_change_();
 }

@@ -106,6 +106,15 @@ TEST_F(SlurmTest, ASlurmSiteRunsStitchedJobsAndFollowsSlurm) {
     EXPECT_TRUE(Eventually([&] { return Free("site-a", "site-s") == 4; }, 10000));
   }
   {
+    SCOPED_TRACE("a controller that is down: the site offers nothing until it is back");
+    slurm.StopController();
+    EXPECT_TRUE(Eventually([&] { return Free("site-a", "site-s") == 0; }, 15000))
+        << Free("site-a", "site-s");
+    slurm.StartController();
+    EXPECT_TRUE(Eventually([&] { return Free("site-a", "site-s") == 4; }, 20000))
+        << slurm.error() << fed_.log("site-s");
+  }
+  {
     SCOPED_TRACE("cancel leaves no Slurm job behind");
     const std::string id = Submit(
         "site-a", "name: c\ngpus: 4\nallowed_sites: [site-s]\ncommand: [sleep, '60']\n");

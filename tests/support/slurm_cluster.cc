@@ -152,6 +152,20 @@ bool SlurmTestCluster::Ready(int timeout_ms) {
   return up;
 }
 
+void SlurmTestCluster::StopController() {
+  const pid_t pid = ReadPid(dir_ + "/slurmctld.pid");
+  if (pid <= 0) return;
+  ::kill(pid, SIGTERM);
+  for (int i = 0; i < 50 && ::kill(pid, 0) == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+void SlurmTestCluster::StartController() {
+  auto r = Run({"/usr/sbin/slurmctld", "-f", conf_}, 20000);
+  if (r.exit_code != 0) error_ += "slurmctld failed: " + r.err + "\n";
+}
+
 std::vector<std::string> SlurmTestCluster::Queue() const {
   auto r = Run({"squeue", "-h", "-o", "%i"}, 5000);
   std::vector<std::string> ids;

@@ -27,6 +27,9 @@ class SlurmTestCluster {
   const std::string& dir() const { return dir_; }
   // A Slurm client command against this cluster (SLURM_CONF set).
   CommandResult Run(std::vector<std::string> argv, int timeout_ms = 30000) const;
+  // Stops and starts slurmctld (a controller that is down).
+  void StopController();
+  void StartController();
   // Job ids in the queue (squeue), any user.
   std::vector<std::string> Queue() const;
 
