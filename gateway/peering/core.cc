@@ -174,6 +174,7 @@ absl::StatusOr<v1::AdvertiseResponse> GatewayCore::Advertise(const Identity& cal
         resp.set_rejected(resp.rejected() + 1);
       }
     }
+    if (changed) RefreshHomesLocked();
   }
   if (changed) cv_.notify_all();
   return resp;
@@ -288,6 +289,9 @@ absl::Status GatewayCore::Tick() {
       metrics_->Inc("fedgate_ads_issued_total");
     }
     int expired = ads_.ExpireNow();
+    // Tenant homes follow the ads: they change only here and in Advertise,
+    // not on every placement that asks for a home.
+    RefreshHomesLocked();
     if (expired > 0) metrics_->Inc("fedgate_ads_expired_total", {}, expired);
     UpdateGaugesLocked();
   }
@@ -347,7 +351,6 @@ v1::ListLinksResponse GatewayCore::ListLinks() {
 
 std::optional<GatewayCore::TenantHome> GatewayCore::HomeOf(const std::string& tenant) {
   std::lock_guard lock(mu_);
-  RefreshHomesLocked();
   const int64_t now = clock_->NowMs();
   std::optional<TenantHome> home;
   for (const auto& stored : ads_.Fresh()) {
@@ -379,7 +382,6 @@ std::vector<v1::TenantQuota> GatewayCore::Quotas() {
   std::map<std::string, std::vector<v1::TenantQuota>> claims;
   {
     std::lock_guard lock(mu_);
-    RefreshHomesLocked();
     for (const auto& stored : ads_.Fresh()) {
       if (stored.ad.withdrawn()) continue;
       for (auto t : stored.ad.tenants()) {
