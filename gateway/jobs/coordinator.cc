@@ -360,7 +360,9 @@ bool Coordinator::TryStart(JobRecord job, const std::vector<std::string>& unreac
   std::vector<v1::PrepareRequest> reqs(calls);
   std::vector<absl::StatusOr<v1::PrepareResponse>> answers(calls, absl::UnknownError("no answer"));
   Latch latch;
-  for (int i = 0; i < calls; ++i) {
+  std::vector<std::string> targets;
+  for (int i = 0; i < calls; ++i) targets.push_back(i < n ? next.sites(i).site() : home->site);
+  for (int i : RemoteFirst(targets)) {
     auto& req = reqs[i];
     *req.mutable_key() = Key(job, epoch);
     req.set_tenant(job.tenant);
@@ -381,8 +383,7 @@ bool Coordinator::TryStart(JobRecord job, const std::vector<std::string>& unreac
     req.set_hold_ttl_ms(kHoldTtlMs);
     req.set_pick_master_port(i == 0);
     latch.Add();
-    const std::string& to = i < n ? next.sites(i).site() : home->site;
-    participants_->Prepare(to, req, reserve_timeout_ms(),
+    participants_->Prepare(targets[i], req, reserve_timeout_ms(),
                            [&answers, &latch, i](absl::StatusOr<v1::PrepareResponse> r) {
                              answers[i] = std::move(r);
                              latch.Done();
@@ -453,7 +454,7 @@ bool Coordinator::TryStart(JobRecord job, const std::vector<std::string>& unreac
   std::vector<int> all(n);
   for (int i = 0; i < n; ++i) all[i] = i;
   const auto commit_start = std::chrono::steady_clock::now();
-  auto committed = CommitAll(job, next, all, true);
+  auto committed = CommitAll(job, next, all, QuotaCommit::kSend);
   if (on_phase_) on_phase_("commit", committed.ok(), seconds_since(commit_start));
   if (on_reservation_end_) on_reservation_end_(committed.ok());
   if (!committed.ok()) {
@@ -465,18 +466,18 @@ bool Coordinator::TryStart(JobRecord job, const std::vector<std::string>& unreac
 }
 
 absl::Status Coordinator::CommitAll(const JobRecord& job, const v1::RunPlan& run,
-                                    const std::vector<int>& which, bool quota_site) {
+                                    const std::vector<int>& which, QuotaCommit quota) {
   // A home site that runs no ranks gets a commit of its quota hold alone.
   std::vector<std::string> to;
   for (int i : which) to.push_back(run.sites(i).site());
-  if (quota_site && !run.quota_site().empty() && QuotaOnly(run)) to.push_back(run.quota_site());
+  if (quota != QuotaCommit::kNone && QuotaOnly(run)) to.push_back(run.quota_site());
   std::vector<absl::StatusOr<v1::CommitResponse>> answers(to.size(),
                                                           absl::UnknownError("no answer"));
   Latch latch;
-  for (size_t k = 0; k < to.size(); ++k) {
+  for (int k : RemoteFirst(to)) {
     v1::CommitRequest c;
     *c.mutable_key() = Key(job, run.epoch());
-    if (k < which.size()) *c.mutable_ranks() = run.sites(which[k]).ranks();
+    if (k < static_cast<int>(which.size())) *c.mutable_ranks() = run.sites(which[k]).ranks();
     c.set_preemptible(job.spec.priority() == "spot" || run.borrowed());
     c.set_world_size(run.world_size());
     c.set_master_addr(run.master_addr());
@@ -484,6 +485,20 @@ absl::Status Coordinator::CommitAll(const JobRecord& job, const v1::RunPlan& run
     *c.mutable_command() = job.spec.command();
     *c.mutable_env() = job.spec.env();
     c.set_lease_ms(lease_ms_);
+    if (k >= static_cast<int>(which.size()) && quota == QuotaCommit::kSend) {
+      // The decision is durable already and nothing waits for this hold's
+      // commit: a lost one shows as HELD at the next renewal, which re-sends it.
+      answers[k] = v1::CommitResponse();
+      participants_->Commit(to[k], std::move(c), reserve_timeout_ms(),
+                            [id = job.id, s = to[k]](absl::StatusOr<v1::CommitResponse> r) {
+                              if (!r.ok()) {
+                                spdlog::warn("job {}: committing its quota at {} failed: {} (the "
+                                             "next renewal re-sends it)",
+                                             id, s, std::string(r.status().message()));
+                              }
+                            });
+      continue;
+    }
     latch.Add();
     participants_->Commit(to[k], std::move(c), reserve_timeout_ms(),
                           [&answers, &latch, k](absl::StatusOr<v1::CommitResponse> r) {
@@ -499,6 +514,16 @@ absl::Status Coordinator::CommitAll(const JobRecord& job, const v1::RunPlan& run
     }
   }
   return absl::OkStatus();
+}
+
+std::vector<int> Coordinator::RemoteFirst(const std::vector<std::string>& sites) const {
+  std::vector<int> order;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int i = 0; i < static_cast<int>(sites.size()); ++i) {
+      if ((sites[i] == core_->config().site) == (pass == 1)) order.push_back(i);
+    }
+  }
+  return order;
 }
 
 bool Coordinator::QuotaOnly(const v1::RunPlan& run) {
@@ -529,6 +554,7 @@ void Coordinator::RenewPass() {
   };
   std::vector<std::unique_ptr<Work>> work;
   Latch latch;
+  std::vector<std::function<void()>> local;  // inline calls, after the remote ones are out
   for (auto& j : *jobs) {
     if (j.state != JobState::kRunning) continue;
     auto w = std::make_unique<Work>();
@@ -544,14 +570,22 @@ void Coordinator::RenewPass() {
       *req.mutable_key() = Key(w->job, w->run.epoch());
       req.set_lease_ms(lease_ms_);
       latch.Add();
-      participants_->SliceStatus(site, std::move(req), rpc_timeout_ms(),
-                                 [w = w.get(), &latch, i](absl::StatusOr<v1::SliceStatusResponse> r) {
-                                   w->answers[i] = std::move(r);
-                                   latch.Done();
-                                 });
+      auto call = [this, site, req = std::move(req), w = w.get(), &latch, i]() mutable {
+        participants_->SliceStatus(site, std::move(req), rpc_timeout_ms(),
+                                   [w, &latch, i](absl::StatusOr<v1::SliceStatusResponse> r) {
+                                     w->answers[i] = std::move(r);
+                                     latch.Done();
+                                   });
+      };
+      if (site == core_->config().site) {
+        local.push_back(std::move(call));
+      } else {
+        call();
+      }
     }
     work.push_back(std::move(w));
   }
+  for (auto& call : local) call();
   latch.Wait();
   const int64_t now = core_->clock()->NowMs();
   std::set<std::string> running;
@@ -596,7 +630,8 @@ void Coordinator::Judge(JobRecord job, const v1::RunPlan& run,
       return;
     }
     if (q.ok() && q->state() == v1::SliceStatusResponse::HELD) {
-      if (auto c = CommitAll(job, run, {}, true); !c.ok()) {
+      spdlog::info("job {}: re-sending the quota commit to {}", job.id, run.quota_site());
+      if (auto c = CommitAll(job, run, {}, QuotaCommit::kAwait); !c.ok()) {
         Fail(job, run, std::string(c.message()), "");
         return;
       }
@@ -650,7 +685,7 @@ void Coordinator::Judge(JobRecord job, const v1::RunPlan& run,
     }
   }
   if (!recommit.empty()) {
-    if (auto c = CommitAll(job, run, recommit, false); !c.ok()) {
+    if (auto c = CommitAll(job, run, recommit, QuotaCommit::kNone); !c.ok()) {
       Fail(job, run, std::string(c.message()), "");
       return;
     }
@@ -732,7 +767,8 @@ void Coordinator::StopRun(const JobRecord& job, const std::string& reason, int64
   std::vector<std::string> sites;
   for (const auto& site : run.sites()) sites.push_back(site.site());
   if (QuotaOnly(run)) sites.push_back(run.quota_site());
-  for (const auto& site : sites) {
+  for (int i : RemoteFirst(sites)) {
+    const std::string& site = sites[i];
     v1::AbortRequest a;
     *a.mutable_key() = Key(job, run.epoch());
     a.set_reason(reason);

@@ -94,12 +94,17 @@ class Coordinator {
   void UndoReservation(JobRecord job, const std::string& why);
   void Judge(JobRecord job, const v1::RunPlan& run,
              const std::vector<absl::StatusOr<v1::SliceStatusResponse>>& answers, int64_t now);
-  // Commits the sites `which` (indices into run.sites) and, with
-  // `quota_site`, the tenant's home site when it runs no ranks.
+  // Commits the sites `which` (indices into run.sites) and, unless kNone,
+  // the tenant's home site when it runs no ranks: waiting for its answer
+  // (kAwait) or only sending it (kSend).
+  enum class QuotaCommit { kNone, kAwait, kSend };
   absl::Status CommitAll(const JobRecord& job, const v1::RunPlan& run,
-                         const std::vector<int>& which, bool quota_site);
+                         const std::vector<int>& which, QuotaCommit quota);
   // The run holds quota at a home site that runs none of its ranks.
   static bool QuotaOnly(const v1::RunPlan& run);
+  // A call to this site's own participant runs inline on the caller's thread:
+  // sending the remote ones first lets both halves overlap. Indices into sites.
+  std::vector<int> RemoteFirst(const std::vector<std::string>& sites) const;
   void ReleaseQuota(const JobRecord& job, const v1::RunPlan& run, const std::string& why);
   // A slice was preempted: the job waits again, and this attempt does not
   // count against max_attempts.

@@ -207,5 +207,32 @@ TEST_F(GovernanceTest, TimeLimitStopsAnOverrunningJob) {
   EXPECT_NE(bad.err.find("time_limit"), std::string::npos) << bad.err;
 }
 
+TEST_F(GovernanceTest, AQuotaHoldOfACoordinatorKilledBeforeItsCommitsIsCommittedAtRestart) {
+  // site-a is vision's home and site-b runs the ranks; site-c coordinates
+  // and is killed between its durable decision and its commits (whose quota
+  // commit nothing waits for). After its restart the renewal commits both.
+  AddSite("site-a", {"site-b", "site-c"}, 1, "A100-80GB", "tenants:\n  - {name: vision, gpus: 4}\n");
+  AddSite("site-b", {"site-a", "site-c"}, 4);
+  AddSite("site-c", {"site-a", "site-b"}, 1);
+  fed_.Start("site-a");
+  fed_.Start("site-b");
+  fed_.Start("site-c", {"FEDGATE_CRASH_AT=coordinator-after-decision"});
+  ASSERT_TRUE(Eventually([&] { return fed_.Converged({"site-a", "site-b", "site-c"}); }, 15000));
+  ASSERT_TRUE(Eventually([&] { return Alice("site-c", {"quota", "get"}).exit_code == 0; }, 10000));
+  const std::string spans = fed_.shared_dir() + "/spans.txt";
+  const std::string id = Submit("site-c", Spans(spans, 2, 2));
+  ASSERT_TRUE(fed_.WaitExit("site-c", 30000).has_value()) << "the crash point was not reached";
+  fed_.Start("site-c");
+  ASSERT_TRUE(fed_.WaitReady("site-c"));
+  ASSERT_TRUE(WaitState("site-c", id, v1::Job::SUCCEEDED, 30000)) << Get("site-c", id).reason();
+  EXPECT_EQ(Get("site-c", id).attempt(), 1u) << Get("site-c", id).reason();
+  EXPECT_NE(fed_.log("site-c").find("re-sending the commit to site-b"), std::string::npos);
+  EXPECT_NE(fed_.log("site-c").find("re-sending the quota commit to site-a"), std::string::npos);
+  EXPECT_TRUE(Eventually(
+      [&] { return Alice("site-c", {"quota", "get"}).out.find("\"used_gpus\":0") != std::string::npos; },
+      10000))
+      << Alice("site-c", {"quota", "get"}).out;
+}
+
 }  // namespace
 }  // namespace fedgate::testing
