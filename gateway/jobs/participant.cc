@@ -312,6 +312,7 @@ std::string Participant::LogPath(const std::string& job, uint32_t attempt, uint3
 namespace {
 constexpr const char* kQuotasKey = "quotas";
 constexpr const char* kQuotaHoldsKey = "quota_holds";
+constexpr const char* kQuotaHoldPrefix = "quota_hold/";
 }  // namespace
 
 void Participant::LoadQuotas() {
@@ -332,26 +333,35 @@ void Participant::LoadQuotas() {
   }
   // Quota holds survive a restart: forgetting them would over-admit. Each
   // gets a fresh lease, so its coordinator's renewals can find it again.
+  // (Before one row per hold, all holds were one record under "quota_holds".)
+  std::vector<v1::QuotaHoldRecord> recs;
   if (auto v = store_->GetKv(kQuotaHoldsKey); v.ok() && v->has_value()) {
-    v1::QuotaHoldRecords recs;
-    if (recs.ParseFromString(**v)) {
-      const int64_t fresh = federation::SatAdd(clock_->NowMs(), 2 * config_.jobs_lease_ms);
-      for (const auto& r : recs.holds()) {
-        federation::QuotaHold h;
-        h.job_id = r.key().job_id();
-        h.attempt = r.key().attempt();
-        h.epoch = r.key().epoch();
-        h.coordinator = r.coordinator();
-        h.tenant = r.tenant();
-        h.gpus = {r.gpus().begin(), r.gpus().end()};
-        h.cls = r.borrowed() ? federation::QuotaClass::kBorrowed : federation::QuotaClass::kGuaranteed;
-        h.committed = r.committed();
-        h.expires_at_ms = std::max(r.expires_at_unix_ms(), fresh);
-        quota_.Restore(h);
-      }
-      if (recs.holds_size() > 0) spdlog::info("restored {} quota hold(s)", recs.holds_size());
+    v1::QuotaHoldRecords old;
+    if (old.ParseFromString(**v)) recs.assign(old.holds().begin(), old.holds().end());
+  }
+  if (auto rows = store_->ListKv(kQuotaHoldPrefix); rows.ok()) {
+    for (const auto& [k, v] : *rows) {
+      v1::QuotaHoldRecord r;
+      if (r.ParseFromString(v)) recs.push_back(r);
     }
   }
+  const int64_t fresh = federation::SatAdd(clock_->NowMs(), 2 * config_.jobs_lease_ms);
+  for (const auto& r : recs) {
+    federation::QuotaHold h;
+    h.job_id = r.key().job_id();
+    h.attempt = r.key().attempt();
+    h.epoch = r.key().epoch();
+    h.coordinator = r.coordinator();
+    h.tenant = r.tenant();
+    h.gpus = {r.gpus().begin(), r.gpus().end()};
+    h.cls = r.borrowed() ? federation::QuotaClass::kBorrowed : federation::QuotaClass::kGuaranteed;
+    h.committed = r.committed();
+    h.expires_at_ms = std::max(r.expires_at_unix_ms(), fresh);
+    quota_.Restore(h);
+    PersistQuotaHold(h);
+  }
+  (void)store_->DeleteKv(kQuotaHoldsKey);
+  if (!recs.empty()) spdlog::info("restored {} quota hold(s)", recs.size());
   for (const auto& [t, q] : quota_.quotas()) {
     spdlog::info("governing tenant {}: {} GPU(s), borrow {}", t, q.gpus, q.borrow);
   }
@@ -361,24 +371,46 @@ void Participant::LoadQuotas() {
 // a crash makes its commit fail (the job is reserved again), and a release
 // lost in a crash only holds quota until the restored hold's lease lapses.
 // So releases are written by the next sweep, in one write.
-void Participant::PersistQuotaHoldsLocked() {
+static std::string QuotaHoldRow(const std::string& job_id, uint64_t epoch) {
+  return StrCat(kQuotaHoldPrefix, job_id, "/", epoch);
+}
+
+void Participant::PersistQuotaHold(const federation::QuotaHold& h) {
+  if (store_ == nullptr) return;
+  v1::QuotaHoldRecord r;
+  r.mutable_key()->set_job_id(h.job_id);
+  r.mutable_key()->set_attempt(h.attempt);
+  r.mutable_key()->set_epoch(h.epoch);
+  r.set_coordinator(h.coordinator);
+  r.set_tenant(h.tenant);
+  for (const auto& [m, g] : h.gpus) (*r.mutable_gpus())[m] = g;
+  r.set_borrowed(h.cls == federation::QuotaClass::kBorrowed);
+  r.set_committed(h.committed);
+  r.set_expires_at_unix_ms(h.expires_at_ms);
+  if (auto st = store_->PutKv(QuotaHoldRow(h.job_id, h.epoch), r.SerializeAsString()); !st.ok()) {
+    spdlog::error("cannot store the quota hold of job {}: {}", h.job_id, std::string(st.message()));
+    return;
+  }
+  std::lock_guard lock(stored_mu_);
+  stored_quota_holds_.insert({h.job_id, h.epoch});
+}
+
+void Participant::ForgetReleasedQuotaHoldsLocked() {
   quota_dirty_ = false;
   if (store_ == nullptr) return;
-  v1::QuotaHoldRecords recs;
-  for (const auto& [k, h] : quota_.holds()) {
-    auto* r = recs.add_holds();
-    r->mutable_key()->set_job_id(h.job_id);
-    r->mutable_key()->set_attempt(h.attempt);
-    r->mutable_key()->set_epoch(h.epoch);
-    r->set_coordinator(h.coordinator);
-    r->set_tenant(h.tenant);
-    for (const auto& [m, g] : h.gpus) (*r->mutable_gpus())[m] = g;
-    r->set_borrowed(h.cls == federation::QuotaClass::kBorrowed);
-    r->set_committed(h.committed);
-    r->set_expires_at_unix_ms(h.expires_at_ms);
-  }
-  if (auto st = store_->PutKv(kQuotaHoldsKey, recs.SerializeAsString()); !st.ok()) {
-    spdlog::error("cannot store quota holds: {}", std::string(st.message()));
+  std::lock_guard lock(stored_mu_);
+  for (auto it = stored_quota_holds_.begin(); it != stored_quota_holds_.end();) {
+    if (quota_.holds().contains(*it)) {
+      ++it;
+      continue;
+    }
+    if (auto st = store_->DeleteKv(QuotaHoldRow(it->first, it->second)); !st.ok()) {
+      spdlog::error("cannot delete the quota hold of job {}: {}", it->first,
+                    std::string(st.message()));
+      ++it;
+      continue;
+    }
+    it = stored_quota_holds_.erase(it);
   }
 }
 
@@ -794,15 +826,21 @@ absl::StatusOr<v1::CommitResponse> Participant::Commit(const std::string& from,
   if (req.master_port() == 0 || req.master_port() > 65535) {
     return absl::InvalidArgumentError(StrCat("master_port ", req.master_port(), " out of range"));
   }
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
   if (auto st = ledger_.CheckOwner(key.job_id(), from); !st.ok()) return st;
   if (quota_.Find(key.job_id(), key.epoch()) != nullptr) {
     // The tenant's home site: from now on the quota hold lives on its lease.
     auto q = quota_.Commit(key.job_id(), key.attempt(), key.epoch(), from, clock_->NowMs(),
                            federation::ClampMs(req.lease_ms(), kMinLeaseMs, kMaxLeaseMs));
     if (!q.ok()) return q.status();
-    PersistQuotaHoldsLocked();
-    if (req.ranks_size() == 0) return v1::CommitResponse();  // quota only
+    if (req.ranks_size() == 0) {
+      // Quota only: durable before the answer, but the write (an fsync) need
+      // not hold up every other reservation waiting for the ledger.
+      lock.unlock();
+      PersistQuotaHold(*q);
+      return v1::CommitResponse();
+    }
+    PersistQuotaHold(*q);
   } else if (req.ranks_size() == 0) {
     return absl::NotFoundError(
         StrCat("no live quota hold of job ", key.job_id(), " at epoch ", key.epoch()));
@@ -1113,7 +1151,7 @@ void Participant::Sweep() {
       quota_dirty_ = true;
       changed = true;
     }
-    if (quota_dirty_) PersistQuotaHoldsLocked();
+    if (quota_dirty_) ForgetReleasedQuotaHoldsLocked();
     quota_.Prune(federation::SatSub(now, kFinishedSliceKeepMs));
     for (auto it = slices_.begin(); it != slices_.end();) {
       Slice& s = it->second;

@@ -177,7 +177,11 @@ class Participant {
                              const absl::Status& refused);
   v1::TenantQuota QuotaViewLocked(const federation::TenantQuota& q) const;
   void LoadQuotas();
-  void PersistQuotaHoldsLocked();
+  // One stored row per committed quota hold, written with or without mu_;
+  // the sweep deletes released ones. A row written after its hold was
+  // released and swept stays until a restart restores it and its lease lapses.
+  void PersistQuotaHold(const federation::QuotaHold& h);
+  void ForgetReleasedQuotaHoldsLocked();
   std::string LogPath(const std::string& job, uint32_t attempt, uint32_t rank) const;
   absl::Status WriteLogOwner(const std::string& job, const std::string& from);
   static uint32_t LatestAttempt(const std::string& job_dir);
@@ -191,6 +195,8 @@ class Participant {
   federation::ReservationLedger ledger_;
   federation::QuotaLedger quota_;
   bool quota_dirty_ = false;  // holds released since they were last stored
+  std::mutex stored_mu_;  // after mu_ when both are held
+  std::set<federation::QuotaLedger::Key> stored_quota_holds_;
   std::map<SliceKey, Slice> slices_;
   std::function<void()> on_change_;
   std::function<void(const std::vector<federation::UsageRecord>&)> on_usage_;

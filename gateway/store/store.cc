@@ -327,4 +327,30 @@ absl::Status Store::PutKv(const std::string& key, const std::string& value) {
   return absl::OkStatus();
 }
 
+absl::Status Store::DeleteKv(const std::string& key) {
+  std::lock_guard lock(mu_);
+  SqlStmt s(db_, "DELETE FROM kv WHERE key = ?1;");
+  if (!s.ok()) return absl::InternalError(sqlite3_errmsg(db_));
+  s.Text(1, key);
+  if (sqlite3_step(s.get()) != SQLITE_DONE) return absl::InternalError(sqlite3_errmsg(db_));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> Store::ListKv(
+    const std::string& prefix) {
+  std::lock_guard lock(mu_);
+  // A range on the primary key, not LIKE: '%' and '_' in a prefix stay literal.
+  SqlStmt s(db_, "SELECT key, value FROM kv WHERE key >= ?1 AND key < ?2 ORDER BY key;");
+  if (!s.ok()) return absl::InternalError(sqlite3_errmsg(db_));
+  s.Text(1, prefix);
+  s.Text(2, prefix + "\xff");
+  std::vector<std::pair<std::string, std::string>> out;
+  int rc;
+  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+    out.emplace_back(ColText(s.get(), 0), ColText(s.get(), 1));
+  }
+  if (rc != SQLITE_DONE) return absl::InternalError(sqlite3_errmsg(db_));
+  return out;
+}
+
 }  // namespace fedgate::gateway

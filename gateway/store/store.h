@@ -63,6 +63,9 @@ class Store {
 
   absl::StatusOr<std::optional<std::string>> GetKv(const std::string& key);
   absl::Status PutKv(const std::string& key, const std::string& value);
+  absl::Status DeleteKv(const std::string& key);
+  // Every (key, value) whose key starts with `prefix`.
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ListKv(const std::string& prefix);
 
  private:
   explicit Store(sqlite3* db) : db_(db) {}

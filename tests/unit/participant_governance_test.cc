@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "gateway/jobs/participant.h"
+#include "gateway/store/store.h"
 #include "tests/support/fake_clock.h"
 #include "tests/support/temp_dir.h"
 
@@ -158,6 +159,62 @@ TEST_F(ParticipantGovernanceTest, QuotaOnlyPrepareHoldsQuotaUntilItsLeaseLapses)
   p.Sweep();
   EXPECT_EQ(p.Quotas()[0].used_gpus(), 0u) << "the lease lapsed: the coordinator went silent";
   EXPECT_TRUE(quota("j-00000000000000a2", 2, 2).ok());
+}
+
+// A committed quota hold is one stored row: a restart restores it, and once
+// its lease lapsed the sweep deletes the row. The single record of older
+// versions is read once and replaced by rows.
+TEST_F(ParticipantGovernanceTest, CommittedQuotaHoldsSurviveARestartUntilTheirLeaseLapses) {
+  auto store = Store::Open(tmp_ / "data");
+  ASSERT_TRUE(store.ok()) << store.status();
+  {
+    v1::QuotaHoldRecords old;
+    auto* r = old.add_holds();
+    *r->mutable_key() = Key("j-00000000000000b1", 7);
+    r->set_coordinator("bj");
+    r->set_tenant("vision");
+    (*r->mutable_gpus())["A100"] = 1;
+    r->set_committed(true);
+    ASSERT_TRUE((*store)->PutKv("quota_holds", old.SerializeAsString()).ok());
+  }
+  auto commit_quota = [&](Participant& p, const std::string& job, uint32_t gpus) {
+    v1::PrepareRequest r;
+    *r.mutable_key() = Key(job, 1);
+    r.set_tenant("vision");
+    (*r.mutable_quota_gpus())["A100"] = gpus;
+    r.set_hold_ttl_ms(30'000);
+    ASSERT_TRUE(p.Prepare("bj", r).ok());
+    v1::CommitRequest c;
+    *c.mutable_key() = Key(job, 1);
+    c.add_command("x");
+    c.set_world_size(1);
+    c.set_master_port(1);
+    c.set_lease_ms(5000);
+    ASSERT_TRUE(p.Commit("bj", c).ok());
+  };
+  {
+    Participant p(config_, &clock_, store->get());
+    p.Start();
+    EXPECT_EQ(p.Quotas()[0].used_gpus(), 1u) << "the old single record was read";
+    commit_quota(p, "j-00000000000000b2", 2);
+    EXPECT_EQ(p.Quotas()[0].used_gpus(), 3u);
+  }
+  EXPECT_FALSE((*store)->GetKv("quota_holds")->has_value());
+  EXPECT_EQ((*store)->ListKv("quota_hold/")->size(), 2u);
+  {
+    Participant p(config_, &clock_, store->get());
+    p.Start();
+    EXPECT_EQ(p.Quotas()[0].used_gpus(), 3u) << "both holds restored";
+    // Restored holds get a fresh lease (at least 2 x jobs.lease; b2 had 5 s);
+    // nobody renews them.
+    clock_.Advance(std::max<int64_t>(2 * config_.jobs_lease_ms, 5000) + 1);
+    p.Sweep();
+    EXPECT_EQ(p.Quotas()[0].used_gpus(), 0u);
+  }
+  EXPECT_EQ((*store)->ListKv("quota_hold/")->size(), 0u) << "released holds' rows are deleted";
+  Participant p(config_, &clock_, store->get());
+  p.Start();
+  EXPECT_EQ(p.Quotas()[0].used_gpus(), 0u);
 }
 
 }  // namespace

@@ -34,6 +34,28 @@ TEST(Store, PeersAndKvSurviveReopen) {
   EXPECT_FALSE((*store)->GetKv("missing")->has_value());
 }
 
+TEST(Store, KvRowsAreListedByPrefixAndDeleted) {
+  TempDir dir;
+  auto store = Store::Open(dir / "data");
+  ASSERT_TRUE(store.ok()) << store.status();
+  for (const char* k : {"quota_hold/j-1/5", "quota_hold/j-2/6", "quota_holdx", "quota_hol", "a%_"}) {
+    ASSERT_TRUE((*store)->PutKv(k, std::string("v:") + k).ok());
+  }
+  auto rows = (*store)->ListKv("quota_hold/");
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_EQ((*rows)[0].first, "quota_hold/j-1/5");
+  EXPECT_EQ((*rows)[1].second, "v:quota_hold/j-2/6");
+  auto literal = (*store)->ListKv("a%");
+  ASSERT_TRUE(literal.ok());
+  EXPECT_EQ(literal->size(), 1u) << "'%' in a prefix is not a wildcard";
+  EXPECT_EQ((*store)->ListKv("%")->size(), 0u);
+  ASSERT_TRUE((*store)->DeleteKv("quota_hold/j-1/5").ok());
+  ASSERT_TRUE((*store)->DeleteKv("never-there").ok());
+  EXPECT_EQ((*store)->ListKv("quota_hold/")->size(), 1u);
+  EXPECT_FALSE((*store)->GetKv("quota_hold/j-1/5")->has_value());
+}
+
 // A job may have two slices at one site (an old epoch still stopping while
 // the next runs): ending one must not forget the other's processes.
 TEST(Store, SlicesOfOneJobAreKeptPerEpoch) {
