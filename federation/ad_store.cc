@@ -18,38 +18,63 @@ std::string_view AdVerdictName(AdVerdict v) {
       return "own_origin";
     case AdVerdict::kInvalid:
       return "invalid";
+    case AdVerdict::kFuture:
+      return "future";
+    case AdVerdict::kForeignLink:
+      return "foreign_link";
+    case AdVerdict::kSeqOutOfRange:
+      return "seq_out_of_range";
   }
   return "unknown";
 }
 
-AdStore::AdStore(std::string self_site, const Clock* clock)
-    : self_(std::move(self_site)), clock_(clock) {}
+bool IsRefusal(AdVerdict v) {
+  return v == AdVerdict::kInvalid || v == AdVerdict::kFuture || v == AdVerdict::kForeignLink ||
+         v == AdVerdict::kSeqOutOfRange;
+}
+
+AdStore::AdStore(std::string self_site, const Clock* clock, int64_t max_skew_ms)
+    : self_(std::move(self_site)), clock_(clock), max_skew_ms_(max_skew_ms) {}
 
 bool AdStore::Expired(const v1::CapacityAd& ad, int64_t now_ms) const {
   return now_ms > SatAdd(ad.issued_at_unix_ms(), ad.ttl_ms());
 }
 
-AdVerdict AdStore::Offer(const v1::CapacityAd& ad, std::string_view via) {
+AdVerdict AdStore::Offer(const v1::CapacityAd& ad, std::string_view via,
+                         const v1::SignedAd& signed_ad) {
   if (ad.origin().empty() || ad.seq() == 0 || ad.ttl_ms() <= 0) return AdVerdict::kInvalid;
+  if (ad.seq() >= (uint64_t{1} << 63)) return AdVerdict::kSeqOutOfRange;
+  for (const auto& l : ad.links()) {
+    if (l.from() != ad.origin()) return AdVerdict::kForeignLink;
+  }
   // Bounded: an ad is kept per origin and copied into every view.
   if (ad.tenants_size() > 4096) return AdVerdict::kInvalid;
   for (const auto& n : ad.nodes()) {
     if (n.kept_for_size() > 256) return AdVerdict::kInvalid;
   }
   if (ad.origin() == self_) return AdVerdict::kOwnOrigin;
-  auto hw = high_water_.find(ad.origin());
-  if (hw != high_water_.end() && ad.seq() <= hw->second) return AdVerdict::kStale;
+  // A clock ahead by more than the skew would make the ad (or its
+  // incarnation) outrank every honest one for as long as it is ahead.
   const int64_t now = clock_->NowMs();
+  const int64_t latest = SatAdd(now, max_skew_ms_);
+  if (ad.issued_at_unix_ms() > latest || ad.incarnation() > static_cast<uint64_t>(latest)) {
+    return AdVerdict::kFuture;
+  }
+  for (const auto& l : ad.links()) {
+    if (l.measured_at_unix_ms() > latest) return AdVerdict::kFuture;
+  }
+  auto hw = high_water_.find(ad.origin());
+  if (hw != high_water_.end() && VersionOf(ad) <= hw->second) return AdVerdict::kStale;
   if (Expired(ad, now)) return AdVerdict::kExpired;
-  high_water_[ad.origin()] = ad.seq();
-  ads_[ad.origin()] = StoredAd{ad, now, std::string(via)};
+  high_water_[ad.origin()] = VersionOf(ad);
+  ads_[ad.origin()] = StoredAd{ad, now, std::string(via), signed_ad};
   ++version_;
   return AdVerdict::kAccepted;
 }
 
-void AdStore::Publish(const v1::CapacityAd& ad) {
-  high_water_[ad.origin()] = ad.seq();
-  ads_[ad.origin()] = StoredAd{ad, clock_->NowMs(), ""};
+void AdStore::Publish(const v1::CapacityAd& ad, const v1::SignedAd& signed_ad) {
+  high_water_[ad.origin()] = VersionOf(ad);
+  ads_[ad.origin()] = StoredAd{ad, clock_->NowMs(), "", signed_ad};
   ++version_;
 }
 
@@ -82,16 +107,16 @@ std::optional<StoredAd> AdStore::Get(std::string_view origin) const {
   return it->second;
 }
 
-std::vector<v1::CapacityAd> AdStore::Pending(std::string_view to,
-                                             const std::map<std::string, uint64_t>& sent) const {
+std::vector<StoredAd> AdStore::Pending(std::string_view to,
+                                       const std::map<std::string, AdVersion>& sent) const {
   const int64_t now = clock_->NowMs();
-  std::vector<v1::CapacityAd> out;
+  std::vector<StoredAd> out;
   for (const auto& [origin, stored] : ads_) {
     if (origin == to || stored.via == to) continue;
     if (Expired(stored.ad, now)) continue;
     auto s = sent.find(origin);
-    if (s != sent.end() && s->second >= stored.ad.seq()) continue;
-    out.push_back(stored.ad);
+    if (s != sent.end() && s->second >= VersionOf(stored.ad)) continue;
+    out.push_back(stored);
   }
   return out;
 }

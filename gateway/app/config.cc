@@ -236,9 +236,17 @@ Config Walk(const YAML::Node& root, const std::string& base_dir, const Walker& w
 
   if (root["advertise"]) {
     const auto& a = root["advertise"];
-    w.ExpectKeys(a, "advertise", {"interval", "ttl"});
+    w.ExpectKeys(a, "advertise",
+                 {"interval", "ttl", "require_signed", "max_clock_skew", "endpoint"});
     if (a["interval"]) c.advertise_interval_ms = w.Duration(a["interval"], "advertise.interval");
     if (a["ttl"]) c.advertise_ttl_ms = w.Duration(a["ttl"], "advertise.ttl");
+    if (a["require_signed"]) {
+      c.advertise_require_signed = w.Scalar<bool>(a["require_signed"], "advertise.require_signed", "true or false");
+    }
+    if (a["max_clock_skew"]) {
+      c.advertise_max_skew_ms = w.Duration(a["max_clock_skew"], "advertise.max_clock_skew");
+    }
+    if (a["endpoint"]) c.advertise_endpoint = w.Endpoint(a["endpoint"], "advertise.endpoint", false);
     if (c.advertise_interval_ms < 100) {
       w.Fail(a["interval"], "\"advertise.interval\" must be at least 100ms");
     }

@@ -37,6 +37,11 @@ struct Config {
   std::vector<ConfigPeer> peers;
   int64_t advertise_interval_ms = 2000;
   int64_t advertise_ttl_ms = 10000;
+  // Ads must be signed by their origin; false admits unsigned ones from
+  // peers without the "ads.signed.v1" capability (during an upgrade).
+  bool advertise_require_signed = true;
+  int64_t advertise_max_skew_ms = 30000;  // ads, links, incarnations ahead of now
+  std::string advertise_endpoint;         // host:port others dial; "" = listen.grpc
   int64_t bench_probe_interval_ms = 10 * 60 * 1000;
   int64_t bench_probe_duration_ms = 3000;
   int64_t bench_link_max_age_ms = 30 * 60 * 1000;  // older links count as unknown

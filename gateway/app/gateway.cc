@@ -87,6 +87,9 @@ absl::Status Gateway::Start() {
   }
   core_ = std::make_unique<GatewayCore>(config_, clock_.get(), store_.get(), std::move(inventory),
                                         metrics_.get());
+  ad_authority_ = std::make_unique<FileAdAuthority>(config_.tls_ca, config_.tls_cert,
+                                                    config_.tls_key, config_.federation);
+  core_->SetAdAuthority(ad_authority_.get());
   if (auto st = core_->Init(); !st.ok()) return st;
   participant_ = std::make_unique<Participant>(config_, clock_.get(), store_.get());
   {

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "gateway/app/config.h"
+#include "gateway/security/ad_signing.h"
 
 namespace grpc {
 class Server;
@@ -57,6 +58,7 @@ class Gateway {
   std::unique_ptr<SystemClock> clock_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<Store> store_;
+  std::unique_ptr<AdAuthority> ad_authority_;  // before core_: it uses it
   std::unique_ptr<GatewayCore> core_;
   std::unique_ptr<Authorizer> authz_;
   std::unique_ptr<PeerServiceImpl> peer_service_;

@@ -1,5 +1,7 @@
 #include "gateway/peering/core.h"
 
+#include <algorithm>
+
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -18,6 +20,8 @@ namespace fedgate::gateway {
 namespace {
 constexpr const char* kTenantHomesKey = "tenant_homes";
 constexpr const char* kSeqKey = "ad_seq";
+constexpr const char* kIncarnationKey = "ad_incarnation";
+constexpr const char* kSignedAdsCapability = "ads.signed.v1";
 
 int64_t DownAfterMs(const Config& c) {
   return federation::kMissedIntervalsForDown * c.advertise_interval_ms;
@@ -31,10 +35,14 @@ GatewayCore::GatewayCore(const Config& config, const federation::Clock* clock, S
       store_(store),
       inventory_(std::move(inventory)),
       metrics_(metrics),
-      ads_(config.site, clock),
+      ads_(config.site, clock, config.advertise_max_skew_ms),
       peers_(config.site, clock, DownAfterMs(config)) {
   metrics_->Describe("fedgate_ads_received_total", "counter",
                      "Capacity ads received from peers, by result (accepted or why rejected).");
+  metrics_->Describe("fedgate_ads_refused_total", "counter",
+                     "Ads refused as hostile or broken, by reason: unsigned, bad_ad, "
+                     "bad_certificate, untrusted_certificate, not_a_gateway, origin_mismatch, "
+                     "bad_signature, invalid, future, foreign_link, seq_out_of_range.");
   metrics_->Describe("fedgate_ads_expired_total", "counter", "Ads dropped past their TTL.");
   metrics_->Describe("fedgate_ads_issued_total", "counter", "Ads this site issued.");
   metrics_->Describe("fedgate_peers_up", "gauge", "Approved peers heard within the window.");
@@ -87,6 +95,12 @@ absl::Status GatewayCore::Init() {
   auto seq = store_->GetKv(kSeqKey);
   if (!seq.ok()) return seq.status();
   if (seq->has_value()) seq_ = std::stoull(**seq);
+  // A new incarnation per start, above the last even if the clock went back.
+  auto inc = store_->GetKv(kIncarnationKey);
+  if (!inc.ok()) return inc.status();
+  const uint64_t last = inc->has_value() ? std::stoull(**inc) : 0;
+  incarnation_ = std::max<uint64_t>(last + 1, static_cast<uint64_t>(clock_->NowMs()));
+  if (auto st = store_->PutKv(kIncarnationKey, std::to_string(incarnation_)); !st.ok()) return st;
   auto homes = store_->GetKv(kTenantHomesKey);
   if (!homes.ok()) return homes.status();
   v1::QuotasResponse known;
@@ -139,6 +153,17 @@ absl::StatusOr<v1::HandshakeResponse> GatewayCore::Handshake(const Identity& cal
                                                    "\" but the certificate is of \"",
                                                    caller.site, "\""));
   }
+  const bool signs = std::find(req.capabilities().begin(), req.capabilities().end(),
+                               kSignedAdsCapability) != req.capabilities().end();
+  if (!signs && ad_authority_ != nullptr && config_.advertise_require_signed) {
+    spdlog::warn("peer {} refused: it does not sign its ads (version {})", caller.site,
+                 req.version());
+    return absl::FailedPreconditionError(fedgate::StrCat(
+        "site ", config_.site, " requires signed ads and ", caller.site, " (version ",
+        req.version().substr(0, 32), ") lacks the \"", kSignedAdsCapability,
+        "\" capability: upgrade it, or set advertise.require_signed: false at ", config_.site,
+        " for the upgrade"));
+  }
   {
     std::lock_guard lock(mu_);
     peers_.Heard(caller.site);
@@ -148,6 +173,7 @@ absl::StatusOr<v1::HandshakeResponse> GatewayCore::Handshake(const Identity& cal
   resp.set_site(config_.site);
   resp.set_version(kVersion);
   resp.add_capabilities("ads.v1");
+  if (ad_authority_ != nullptr) resp.add_capabilities(kSignedAdsCapability);
   return resp;
 }
 
@@ -159,17 +185,49 @@ absl::StatusOr<v1::AdvertiseResponse> GatewayCore::Advertise(const Identity& cal
                                                    caller.site, "\""));
   }
   v1::AdvertiseResponse resp;
+  auto refused = [&](const std::string& reason, const std::string& detail) {
+    metrics_->Inc("fedgate_ads_refused_total", {{"reason", reason}});
+    resp.set_rejected(resp.rejected() + 1);
+    spdlog::warn("ad from peer {} refused ({}): {}", caller.site, reason, detail);
+  };
+  // Signatures are checked before the lock: they cost the most.
+  std::vector<std::pair<v1::CapacityAd, const v1::SignedAd*>> offered;
+  for (const auto& s : req.signed_ads()) {
+    if (ad_authority_ == nullptr) {
+      v1::CapacityAd ad;
+      if (ad.ParseFromString(s.ad())) offered.emplace_back(std::move(ad), &s);
+      continue;
+    }
+    AdRefusal why;
+    auto ad = ad_authority_->Verify(s, &why);
+    if (!ad.ok()) {
+      refused(why.reason, why.detail);
+      continue;
+    }
+    offered.emplace_back(std::move(*ad), &s);
+  }
+  const bool unsigned_ok = ad_authority_ == nullptr || !config_.advertise_require_signed;
+  for (const auto& ad : req.ads()) {
+    if (unsigned_ok) {
+      offered.emplace_back(ad, nullptr);
+    } else {
+      refused("unsigned", fedgate::StrCat("an unsigned ad for ", ad.origin().substr(0, 64)));
+    }
+  }
   bool changed = false;
   {
     std::lock_guard lock(mu_);
     peers_.Heard(caller.site);
-    for (const auto& ad : req.ads()) {
-      auto verdict = ads_.Offer(ad, caller.site);
-      metrics_->Inc("fedgate_ads_received_total",
-                    {{"result", std::string(federation::AdVerdictName(verdict))}});
+    static const v1::SignedAd kNone;
+    for (const auto& [ad, signed_ad] : offered) {
+      auto verdict = ads_.Offer(ad, caller.site, signed_ad != nullptr ? *signed_ad : kNone);
+      const std::string result(federation::AdVerdictName(verdict));
+      metrics_->Inc("fedgate_ads_received_total", {{"result", result}});
       if (verdict == federation::AdVerdict::kAccepted) {
         resp.set_accepted(resp.accepted() + 1);
         changed = true;
+      } else if (federation::IsRefusal(verdict)) {
+        refused(result, fedgate::StrCat("ad of ", ad.origin().substr(0, 64), " seq ", ad.seq()));
       } else {
         resp.set_rejected(resp.rejected() + 1);
       }
@@ -285,7 +343,7 @@ absl::Status GatewayCore::Tick() {
       if (tenants_fn_) {
         for (auto& t : tenants_fn_()) *ad.add_tenants() = std::move(t);
       }
-      ads_.Publish(ad);
+      PublishLocked(std::move(ad));
       metrics_->Inc("fedgate_ads_issued_total");
     }
     int expired = ads_.ExpireNow();
@@ -308,9 +366,26 @@ void GatewayCore::Withdraw() {
     auto ad = federation::MakeOwnAd(config_.site, {}, seq_, clock_->NowMs(),
                                     config_.advertise_ttl_ms, config_.advertise_interval_ms);
     ad.set_withdrawn(true);
-    ads_.Publish(ad);
+    PublishLocked(std::move(ad));
   }
   cv_.notify_all();
+}
+
+void GatewayCore::PublishLocked(v1::CapacityAd ad) {
+  ad.set_incarnation(incarnation_);
+  ad.set_endpoint(config_.advertise_endpoint.empty() ? config_.listen_grpc
+                                                     : config_.advertise_endpoint);
+  v1::SignedAd signed_ad;
+  if (ad_authority_ != nullptr) {
+    auto s = ad_authority_->Sign(ad);
+    if (s.ok()) {
+      signed_ad = std::move(*s);
+    } else {
+      // Peers that require signatures refuse it; this site still sees itself.
+      spdlog::error("cannot sign this site's ad: {}", std::string(s.status().message()));
+    }
+  }
+  ads_.Publish(ad, signed_ad);
 }
 
 void GatewayCore::RecordLink(const v1::Link& link) {
@@ -485,8 +560,8 @@ std::vector<federation::PeerInfo> GatewayCore::Peers() {
   return peers_.List();
 }
 
-std::vector<v1::CapacityAd> GatewayCore::Pending(const std::string& peer,
-                                                 const std::map<std::string, uint64_t>& sent) {
+std::vector<federation::StoredAd> GatewayCore::Pending(
+    const std::string& peer, const std::map<std::string, federation::AdVersion>& sent) {
   std::lock_guard lock(mu_);
   return ads_.Pending(peer, sent);
 }

@@ -24,6 +24,7 @@
 #include "fedgate/v1/federation.pb.h"
 #include "fedgate/v1/jobs.pb.h"
 #include "gateway/app/config.h"
+#include "gateway/security/ad_signing.h"
 #include "gateway/security/identity.h"
 
 namespace fedgate::gateway {
@@ -84,8 +85,9 @@ class GatewayCore {
   std::vector<federation::PeerInfo> Peers();
   // Approved peers that are down now (silent past a few advertise intervals).
   std::set<std::string> DownPeers();
-  std::vector<v1::CapacityAd> Pending(const std::string& peer,
-                                      const std::map<std::string, uint64_t>& sent);
+  // Ads `peer` has not been sent (as their origins signed them, where they did).
+  std::vector<federation::StoredAd> Pending(const std::string& peer,
+                                            const std::map<std::string, federation::AdVersion>& sent);
   void RecordPush(const std::string& peer, double rtt_ms);
   void RecordError(const std::string& peer, const std::string& error);
   // Blocks until the ad version moves past `seen`, `deadline_ms` (wall clock)
@@ -107,6 +109,10 @@ class GatewayCore {
   }
   // The address of `node` at `site` from the inventory or the site's ad.
   std::string NodeAddress(const std::string& site, const std::string& node);
+  // Signs this site's ads and verifies those of others (set before Init;
+  // without one, as in tests of the core alone, ads travel unsigned).
+  void SetAdAuthority(AdAuthority* authority) { ad_authority_ = authority; }
+  bool signs_ads() const { return ad_authority_ != nullptr; }
   // Called (without the lock held) whenever the approved peer set changes.
   void SetPeersChangedHook(std::function<void()> hook) { peers_changed_ = std::move(hook); }
 
@@ -115,6 +121,8 @@ class GatewayCore {
 
  private:
   void UpdateGaugesLocked();
+  // Stamps this site's ad with its incarnation and endpoint, signs it, stores it.
+  void PublishLocked(v1::CapacityAd ad);
   // The bandwidth matrix now: own probes plus links carried in fresh ads.
   federation::LinkMatrix LinksLocked();
 
@@ -129,6 +137,8 @@ class GatewayCore {
   federation::AdStore ads_;
   federation::PeerRegistry peers_;
   uint64_t seq_ = 0;
+  uint64_t incarnation_ = 0;  // this start's, from Init
+  AdAuthority* ad_authority_ = nullptr;
   std::map<std::string, v1::Link> own_links_;  // by destination site
   std::function<void()> peers_changed_;
   std::function<std::map<std::string, uint32_t>()> free_fn_;

@@ -88,7 +88,7 @@ void PeerLinks::Run(Link* link) {
   std::mt19937 rng(std::random_device{}());
   bool handshaken = false;
   int failures = 0;
-  std::map<std::string, uint64_t> sent;
+  std::map<std::string, federation::AdVersion> sent;
   uint64_t seen_version = 0;
   std::string last_logged_error;
 
@@ -117,6 +117,7 @@ void PeerLinks::Run(Link* link) {
       req.set_site(cfg.site);
       req.set_version(kVersion);
       req.add_capabilities("ads.v1");
+      if (core_->signs_ads()) req.add_capabilities("ads.signed.v1");
       v1::HandshakeResponse resp;
       auto st = stub->Handshake(&ctx, req, &resp);
       if (!st.ok()) {
@@ -138,7 +139,15 @@ void PeerLinks::Run(Link* link) {
       if (!ads.empty()) {
         v1::AdvertiseRequest req;
         req.set_site(cfg.site);
-        for (auto& ad : ads) *req.add_ads() = std::move(ad);
+        std::vector<std::pair<std::string, federation::AdVersion>> versions;
+        for (auto& stored : ads) {
+          versions.emplace_back(stored.ad.origin(), federation::VersionOf(stored.ad));
+          if (!stored.signed_ad.ad().empty()) {
+            *req.add_signed_ads() = std::move(stored.signed_ad);
+          } else {
+            *req.add_ads() = std::move(stored.ad);
+          }
+        }
         grpc::ClientContext ctx;
         ctx.set_deadline(deadline_in(draining ? std::min<int64_t>(rpc_timeout, 1000)
                                               : rpc_timeout));
@@ -149,7 +158,7 @@ void PeerLinks::Run(Link* link) {
                                   std::chrono::steady_clock::now() - t0)
                                   .count();
         if (st.ok()) {
-          for (const auto& ad : req.ads()) sent[ad.origin()] = ad.seq();
+          for (const auto& [origin, version] : versions) sent[origin] = version;
           core_->RecordPush(link->site, rtt_ms);
         } else {
           fail("advertise", st);

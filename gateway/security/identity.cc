@@ -70,14 +70,11 @@ absl::StatusOr<Identity> ParseSpiffeId(std::string_view uri) {
   return id;
 }
 
-absl::StatusOr<Identity> IdentityFromCertPem(std::string_view pem) {
-  std::unique_ptr<BIO, decltype(&BIO_free)> bio(BIO_new_mem_buf(pem.data(), pem.size()),
-                                                &BIO_free);
-  std::unique_ptr<X509, decltype(&X509_free)> cert(
-      PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr), &X509_free);
-  if (!cert) return absl::InvalidArgumentError("peer certificate is not valid PEM");
+namespace {
+
+absl::StatusOr<Identity> IdentityOf(X509* cert) {
   auto* names = static_cast<GENERAL_NAMES*>(
-      X509_get_ext_d2i(cert.get(), NID_subject_alt_name, nullptr, nullptr));
+      X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr));
   std::vector<std::string> uris;
   if (names != nullptr) {
     for (int i = 0; i < sk_GENERAL_NAME_num(names); ++i) {
@@ -94,6 +91,25 @@ absl::StatusOr<Identity> IdentityFromCertPem(std::string_view pem) {
         "certificate must carry exactly one URI SAN, it has ", uris.size()));
   }
   return ParseSpiffeId(uris[0]);
+}
+
+}  // namespace
+
+absl::StatusOr<Identity> IdentityFromCertPem(std::string_view pem) {
+  std::unique_ptr<BIO, decltype(&BIO_free)> bio(BIO_new_mem_buf(pem.data(), pem.size()),
+                                                &BIO_free);
+  std::unique_ptr<X509, decltype(&X509_free)> cert(
+      PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr), &X509_free);
+  if (!cert) return absl::InvalidArgumentError("peer certificate is not valid PEM");
+  return IdentityOf(cert.get());
+}
+
+absl::StatusOr<Identity> IdentityFromCertDer(std::string_view der) {
+  const auto* p = reinterpret_cast<const unsigned char*>(der.data());
+  std::unique_ptr<X509, decltype(&X509_free)> cert(
+      d2i_X509(nullptr, &p, static_cast<long>(der.size())), &X509_free);
+  if (!cert) return absl::InvalidArgumentError("certificate is not valid DER");
+  return IdentityOf(cert.get());
 }
 
 }  // namespace fedgate::gateway

@@ -28,5 +28,6 @@ absl::StatusOr<Identity> ParseSpiffeId(std::string_view uri);
 // The identity of a PEM certificate: it must carry exactly one URI SAN, and that
 // URI must be a valid identity.
 absl::StatusOr<Identity> IdentityFromCertPem(std::string_view pem);
+absl::StatusOr<Identity> IdentityFromCertDer(std::string_view der);
 
 }  // namespace fedgate::gateway

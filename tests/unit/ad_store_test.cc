@@ -86,22 +86,69 @@ TEST_F(AdStoreTest, PendingRelaysOnlyWhatThePeerLacksAndNeverBackToItsSource) {
   store_.Offer(Ad("cn-shanghai", 3, t), "cn-shanghai");
   store_.Offer(Ad("cn-shenzhen", 8, t), "cn-shanghai");  // relayed by shanghai
 
-  std::map<std::string, uint64_t> sent;
+  std::map<std::string, AdVersion> sent;
   auto to_shanghai = store_.Pending("cn-shanghai", sent);
   ASSERT_EQ(to_shanghai.size(), 1u) << "only our own: the others came from shanghai";
-  EXPECT_EQ(to_shanghai[0].origin(), "cn-beijing");
+  EXPECT_EQ(to_shanghai[0].ad.origin(), "cn-beijing");
 
   auto to_wuhan = store_.Pending("cn-wuhan", sent);
   EXPECT_EQ(to_wuhan.size(), 3u);
-  for (const auto& ad : to_wuhan) sent[ad.origin()] = ad.seq();
+  for (const auto& stored : to_wuhan) sent[stored.ad.origin()] = VersionOf(stored.ad);
   EXPECT_TRUE(store_.Pending("cn-wuhan", sent).empty()) << "nothing new: nothing to send";
 
   store_.Offer(Ad("cn-shenzhen", 9, t), "cn-shanghai");
   auto again = store_.Pending("cn-wuhan", sent);
   ASSERT_EQ(again.size(), 1u);
-  EXPECT_EQ(again[0].seq(), 9u);
+  EXPECT_EQ(again[0].ad.seq(), 9u);
   // Never to the origin itself.
-  for (const auto& ad : store_.Pending("cn-shenzhen", {})) EXPECT_NE(ad.origin(), "cn-shenzhen");
+  for (const auto& stored : store_.Pending("cn-shenzhen", {})) {
+    EXPECT_NE(stored.ad.origin(), "cn-shenzhen");
+  }
+}
+
+// What no honest origin sends: a link that starts elsewhere, a time ahead of
+// the clock skew, a seq that would silence the origin for good.
+TEST_F(AdStoreTest, RefusesForeignLinksFutureTimesAndUnboundedSeqs) {
+  const int64_t t = clock_.NowMs();
+  auto foreign = Ad("cn-shanghai", 1, t);
+  auto* l = foreign.add_links();
+  l->set_from("cn-shenzhen");
+  l->set_to("cn-beijing");
+  EXPECT_EQ(store_.Offer(foreign, "cn-shanghai"), AdVerdict::kForeignLink);
+  EXPECT_EQ(store_.Offer(Ad("cn-shanghai", 1, t + 3'600'000), "cn-shanghai"), AdVerdict::kFuture);
+  EXPECT_EQ(store_.Offer(Ad("cn-shanghai", 1, t + 29'000), "cn-shanghai"), AdVerdict::kAccepted)
+      << "within the 30 s skew";
+  auto late_link = Ad("cn-shanghai", 2, t);
+  auto* m = late_link.add_links();
+  m->set_from("cn-shanghai");
+  m->set_to("cn-beijing");
+  m->set_measured_at_unix_ms(t + 3'600'000);
+  EXPECT_EQ(store_.Offer(late_link, "cn-shanghai"), AdVerdict::kFuture);
+  EXPECT_EQ(store_.Offer(Ad("cn-shanghai", ~uint64_t{0}, t), "cn-shanghai"),
+            AdVerdict::kSeqOutOfRange);
+  for (auto v : {AdVerdict::kForeignLink, AdVerdict::kFuture, AdVerdict::kSeqOutOfRange}) {
+    EXPECT_TRUE(IsRefusal(v));
+  }
+  EXPECT_FALSE(IsRefusal(AdVerdict::kStale));
+  ASSERT_TRUE(store_.Get("cn-shanghai").has_value());
+  EXPECT_EQ(store_.Get("cn-shanghai")->ad.seq(), 1u) << "no refused ad changed the view";
+}
+
+// A restarted origin's new incarnation supersedes whatever seq the last one
+// reached; an incarnation ahead of the clock is refused.
+TEST_F(AdStoreTest, ANewIncarnationWinsOverAnyEarlierSeq) {
+  const int64_t t = clock_.NowMs();
+  auto old = Ad("cn-shanghai", 900, t);
+  old.set_incarnation(static_cast<uint64_t>(t - 60'000));
+  ASSERT_EQ(store_.Offer(old, "cn-shanghai"), AdVerdict::kAccepted);
+  auto fresh = Ad("cn-shanghai", 1, t, 10000, 2);
+  fresh.set_incarnation(static_cast<uint64_t>(t));
+  EXPECT_EQ(store_.Offer(fresh, "cn-shanghai"), AdVerdict::kAccepted);
+  EXPECT_EQ(store_.Offer(old, "cn-shenzhen"), AdVerdict::kStale) << "the old incarnation is over";
+  auto ahead = Ad("cn-shanghai", 2, t);
+  ahead.set_incarnation(static_cast<uint64_t>(t + 3'600'000));
+  EXPECT_EQ(store_.Offer(ahead, "cn-shanghai"), AdVerdict::kFuture);
+  EXPECT_EQ(store_.Get("cn-shanghai")->ad.nodes(0).free_gpus(), 2u);
 }
 
 TEST_F(AdStoreTest, VersionMovesOnlyOnAcceptance) {

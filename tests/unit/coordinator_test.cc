@@ -116,7 +116,7 @@ class CoordinatorTest : public ::testing::Test {
       ASSERT_TRUE(from->core->Tick().ok());
       v1::AdvertiseRequest req;
       req.set_site(from->name);
-      for (auto& ad : from->core->Pending(to->name, {})) *req.add_ads() = std::move(ad);
+      for (auto& stored : from->core->Pending(to->name, {})) *req.add_ads() = std::move(stored.ad);
       auto got = to->core->Advertise(Identity{"aidc", Role::kGateway, from->name, "", ""}, req);
       ASSERT_TRUE(got.ok()) << got.status();
     }

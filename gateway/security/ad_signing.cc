@@ -1,0 +1,230 @@
+#include "gateway/security/ad_signing.h"
+
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <openssl/x509_vfy.h>
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <ctime>
+
+#include "base/str_cat.h"
+#include "gateway/security/certs.h"
+#include "gateway/security/identity.h"
+
+namespace fedgate::gateway {
+namespace {
+
+template <typename T, void (*F)(T*)>
+struct Deleter {
+  void operator()(T* p) const { F(p); }
+};
+using KeyPtr = std::unique_ptr<EVP_PKEY, Deleter<EVP_PKEY, EVP_PKEY_free>>;
+using CertPtr = std::unique_ptr<X509, Deleter<X509, X509_free>>;
+using BioPtr = std::unique_ptr<BIO, Deleter<BIO, BIO_free_all>>;
+using MdCtxPtr = std::unique_ptr<EVP_MD_CTX, Deleter<EVP_MD_CTX, EVP_MD_CTX_free>>;
+using StoreCtxPtr = std::unique_ptr<X509_STORE_CTX, Deleter<X509_STORE_CTX, X509_STORE_CTX_free>>;
+
+constexpr size_t kMaxAdBytes = 4 << 20;
+constexpr size_t kMaxCertBytes = 16 << 10;
+constexpr size_t kMaxTrusted = 1024;
+
+// Ed25519 and Ed448 sign the message itself; every other key a SHA-256 digest.
+const EVP_MD* DigestFor(EVP_PKEY* key) {
+  const int id = EVP_PKEY_get_id(key);
+  return id == EVP_PKEY_ED25519 || id == EVP_PKEY_ED448 ? nullptr : EVP_sha256();
+}
+
+CertPtr CertFromDer(const std::string& der) {
+  const auto* p = reinterpret_cast<const unsigned char*>(der.data());
+  CertPtr cert(d2i_X509(nullptr, &p, static_cast<long>(der.size())));
+  // Trailing bytes would let two encodings name one certificate.
+  if (cert && p != reinterpret_cast<const unsigned char*>(der.data()) + der.size()) return nullptr;
+  return cert;
+}
+
+int64_t NotAfterUnix(X509* cert) {
+  struct tm tm {};
+  if (ASN1_TIME_to_tm(X509_get0_notAfter(cert), &tm) != 1) return 0;
+  return static_cast<int64_t>(timegm(&tm));
+}
+
+}  // namespace
+
+absl::StatusOr<v1::SignedAd> SignAd(const v1::CapacityAd& ad, std::string_view cert_pem,
+                                    std::string_view key_pem) {
+  BioPtr kb(BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size())));
+  KeyPtr key(PEM_read_bio_PrivateKey(kb.get(), nullptr, nullptr, nullptr));
+  if (!key) return absl::InvalidArgumentError("the gateway key is not a valid PEM private key");
+  BioPtr cb(BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size())));
+  CertPtr cert(PEM_read_bio_X509(cb.get(), nullptr, nullptr, nullptr));
+  if (!cert) return absl::InvalidArgumentError("the gateway certificate is not valid PEM");
+  v1::SignedAd out;
+  if (!ad.SerializeToString(out.mutable_ad())) return absl::InternalError("cannot encode the ad");
+  unsigned char* der = nullptr;
+  const int der_len = i2d_X509(cert.get(), &der);
+  if (der_len <= 0) return absl::InternalError("cannot encode the gateway certificate");
+  out.set_certificate(reinterpret_cast<const char*>(der), der_len);
+  OPENSSL_free(der);
+  MdCtxPtr md(EVP_MD_CTX_new());
+  size_t sig_len = 0;
+  const auto* msg = reinterpret_cast<const unsigned char*>(out.ad().data());
+  if (EVP_DigestSignInit(md.get(), nullptr, DigestFor(key.get()), nullptr, key.get()) != 1 ||
+      EVP_DigestSign(md.get(), nullptr, &sig_len, msg, out.ad().size()) != 1) {
+    return absl::InternalError("cannot sign the ad with the gateway key");
+  }
+  std::string sig(sig_len, '\0');
+  if (EVP_DigestSign(md.get(), reinterpret_cast<unsigned char*>(sig.data()), &sig_len, msg,
+                     out.ad().size()) != 1) {
+    return absl::InternalError("cannot sign the ad with the gateway key");
+  }
+  sig.resize(sig_len);
+  out.set_signature(std::move(sig));
+  return out;
+}
+
+struct AdVerifier::Store {
+  X509_STORE* store = nullptr;
+  ~Store() { X509_STORE_free(store); }
+};
+
+AdVerifier::AdVerifier(std::string ca_pem, std::string federation)
+    : federation_(std::move(federation)) {
+  SetCa(std::move(ca_pem));
+}
+
+AdVerifier::~AdVerifier() = default;
+
+void AdVerifier::SetCa(std::string ca_pem) {
+  auto store = std::make_unique<Store>();
+  store->store = X509_STORE_new();
+  BioPtr bio(BIO_new_mem_buf(ca_pem.data(), static_cast<int>(ca_pem.size())));
+  while (X509* ca = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) {
+    X509_STORE_add_cert(store->store, ca);
+    X509_free(ca);
+  }
+  ERR_clear_error();  // the end of the bundle reads as an error
+  std::lock_guard lock(mu_);
+  ca_pem_ = std::move(ca_pem);
+  store_ = std::move(store);
+  trusted_.clear();
+}
+
+absl::StatusOr<std::string> AdVerifier::CheckCertificate(const std::string& der,
+                                                         AdRefusal* why) {
+  const int64_t now = std::time(nullptr);
+  if (auto it = trusted_.find(der); it != trusted_.end() && now <= it->second.not_after_unix) {
+    return it->second.site;
+  }
+  auto refuse = [&](std::string reason, std::string detail) -> absl::StatusOr<std::string> {
+    why->reason = reason;
+    why->detail = detail;
+    return absl::PermissionDeniedError(StrCat(reason, ": ", detail));
+  };
+  if (der.size() > kMaxCertBytes) return refuse("bad_certificate", "certificate too large");
+  CertPtr cert = CertFromDer(der);
+  if (!cert) return refuse("bad_certificate", "the ad's certificate is not valid DER");
+  StoreCtxPtr ctx(X509_STORE_CTX_new());
+  if (!ctx || X509_STORE_CTX_init(ctx.get(), store_->store, cert.get(), nullptr) != 1) {
+    return refuse("bad_certificate", "cannot verify the certificate");
+  }
+  if (X509_verify_cert(ctx.get()) != 1) {
+    const int err = X509_STORE_CTX_get_error(ctx.get());
+    ERR_clear_error();
+    return refuse("untrusted_certificate", X509_verify_cert_error_string(err));
+  }
+  auto id = IdentityFromCertDer(der);
+  if (!id.ok()) return refuse("bad_certificate", std::string(id.status().message()));
+  if (id->role != Role::kGateway || id->federation != federation_) {
+    return refuse("not_a_gateway", StrCat(id->ToUri(), " is not a gateway of federation ",
+                                          federation_));
+  }
+  if (trusted_.size() >= kMaxTrusted) trusted_.clear();
+  trusted_[der] = Trusted{id->site, NotAfterUnix(cert.get())};
+  return id->site;
+}
+
+absl::StatusOr<v1::CapacityAd> AdVerifier::Verify(const v1::SignedAd& signed_ad, AdRefusal* why) {
+  auto refuse = [&](std::string reason, std::string detail) -> absl::StatusOr<v1::CapacityAd> {
+    why->reason = reason;
+    why->detail = detail;
+    return absl::PermissionDeniedError(StrCat(reason, ": ", detail));
+  };
+  if (signed_ad.ad().size() > kMaxAdBytes) return refuse("bad_ad", "ad too large");
+  v1::CapacityAd ad;
+  if (!ad.ParseFromString(signed_ad.ad())) return refuse("bad_ad", "the ad does not decode");
+  std::lock_guard lock(mu_);
+  auto site = CheckCertificate(signed_ad.certificate(), why);
+  if (!site.ok()) return site.status();
+  if (*site != ad.origin()) {
+    return refuse("origin_mismatch", StrCat("an ad for origin \"", ad.origin().substr(0, 64),
+                                            "\" signed by site ", *site));
+  }
+  CertPtr cert = CertFromDer(signed_ad.certificate());
+  KeyPtr key(cert ? X509_get_pubkey(cert.get()) : nullptr);
+  if (!key) return refuse("bad_certificate", "the certificate has no usable public key");
+  MdCtxPtr md(EVP_MD_CTX_new());
+  const bool ok =
+      EVP_DigestVerifyInit(md.get(), nullptr, DigestFor(key.get()), nullptr, key.get()) == 1 &&
+      EVP_DigestVerify(md.get(), reinterpret_cast<const unsigned char*>(signed_ad.signature().data()),
+                       signed_ad.signature().size(),
+                       reinterpret_cast<const unsigned char*>(signed_ad.ad().data()),
+                       signed_ad.ad().size()) == 1;
+  ERR_clear_error();
+  if (!ok) return refuse("bad_signature", StrCat("the ad of ", ad.origin(), " is not signed by its key"));
+  return ad;
+}
+
+FileAdAuthority::FileAdAuthority(std::string ca_path, std::string cert_path, std::string key_path,
+                                 std::string federation)
+    : ca_path_(std::move(ca_path)),
+      cert_path_(std::move(cert_path)),
+      key_path_(std::move(key_path)),
+      verifier_("", std::move(federation)) {
+  std::lock_guard lock(mu_);
+  ReloadLocked();
+}
+
+void FileAdAuthority::ReloadLocked() {
+  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  if (checked_at_ms_ >= 0 && now - checked_at_ms_ < 1000) return;
+  checked_at_ms_ = now;
+  std::string stamp;
+  for (const auto* path : {&ca_path_, &cert_path_, &key_path_}) {
+    struct stat st {};
+    if (::stat(path->c_str(), &st) == 0) {
+      stamp += StrCat(st.st_size, ":", st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec, ";");
+    }
+  }
+  if (stamp == stamp_) return;
+  auto ca = ReadFile(ca_path_);
+  auto cert = ReadFile(cert_path_);
+  auto key = ReadFile(key_path_);
+  if (!ca.ok() || !cert.ok() || !key.ok()) return;  // mid-rotation: try again later
+  stamp_ = std::move(stamp);
+  cert_pem_ = std::move(*cert);
+  key_pem_ = std::move(*key);
+  verifier_.SetCa(std::move(*ca));
+}
+
+absl::StatusOr<v1::SignedAd> FileAdAuthority::Sign(const v1::CapacityAd& ad) {
+  std::lock_guard lock(mu_);
+  ReloadLocked();
+  return SignAd(ad, cert_pem_, key_pem_);
+}
+
+absl::StatusOr<v1::CapacityAd> FileAdAuthority::Verify(const v1::SignedAd& signed_ad,
+                                                       AdRefusal* why) {
+  {
+    std::lock_guard lock(mu_);
+    ReloadLocked();
+  }
+  return verifier_.Verify(signed_ad, why);
+}
+
+}  // namespace fedgate::gateway
