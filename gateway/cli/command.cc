@@ -7,6 +7,8 @@
 
 #include "absl/status/status.h"
 #include "base/str_cat.h"
+#include "base/text.h"
+#include "federation/names.h"
 #include "gateway/security/certs.h"
 #include "gateway/security/identity.h"
 #include "gateway/security/tls.h"
@@ -24,6 +26,22 @@ Format Globals::format() const {
   if (o == "json") return Format::kJson;
   if (o == "yaml") return Format::kYaml;
   Die(fedgate::StrCat("unknown output format \"", o, "\" (want table, json or yaml)"), 2);
+}
+
+// --site, else $FEDCTL_SITE, else DIR/site; "" accepts any gateway.
+static std::string PinnedSite(const Globals& g, const std::string& dir) {
+  std::string site = g.site;
+  if (site.empty()) {
+    const char* env = std::getenv("FEDCTL_SITE");
+    if (env != nullptr) site = env;
+  }
+  if (site.empty()) {
+    if (auto f = fedgate::gateway::ReadFile(dir + "/site"); f.ok()) site = std::string(fedgate::Trim(*f));
+  }
+  if (!site.empty() && !fedgate::federation::IsValidName(site)) {
+    Die(fedgate::StrCat("--site: invalid site name \"", site, "\""), 2);
+  }
+  return site;
 }
 
 std::shared_ptr<grpc::Channel> Connect(const Globals& g) {
@@ -51,12 +69,17 @@ std::shared_ptr<grpc::Channel> Connect(const Globals& g) {
     endpoint = env != nullptr && *env != '\0' ? env : "127.0.0.1:7443";
   }
   const std::string federation = me->federation;
+  const std::string site = PinnedSite(g, dir);
   return fedgate::gateway::DialGateway(
       endpoint, fedgate::gateway::MakeStaticProvider(*ca, *cert, *key),
-      [federation](const fedgate::gateway::Identity& id) {
+      [federation, site](const fedgate::gateway::Identity& id) {
         if (id.role != fedgate::gateway::Role::kGateway || id.federation != federation) {
           return absl::PermissionDeniedError(
               fedgate::StrCat("server ", id.ToUri(), " is not a gateway of ", federation));
+        }
+        if (!site.empty() && id.site != site) {
+          return absl::PermissionDeniedError(fedgate::StrCat(
+              "server is the gateway of site ", id.site, ", not of ", site, " (--site)"));
         }
         return absl::OkStatus();
       });

@@ -18,6 +18,7 @@ namespace fedgate::cli {
 struct Globals {
   std::string gateway;
   std::string tls_dir;
+  std::string site;  // pinned: only this site's gateway is accepted as the server
   std::string output = "table";
   Format format() const;
 };

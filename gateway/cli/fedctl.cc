@@ -15,6 +15,9 @@ int main(int argc, char** argv) {
                  "gateway HOST:PORT (default $FEDCTL_GATEWAY or 127.0.0.1:7443)");
   app.add_option("--tls-dir", g.tls_dir,
                  "folder with ca.pem, cert.pem, key.pem (default $FEDCTL_TLS_DIR)");
+  app.add_option("--site", g.site,
+                 "accept only this site's gateway as the server (default $FEDCTL_SITE, or the "
+                 "file \"site\" in the TLS folder; none: any gateway of the federation)");
   app.add_option("-o,--output", g.output, "table, json or yaml (usage: also csv)")->capture_default_str();
 
   Commands commands;

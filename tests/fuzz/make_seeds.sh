@@ -7,7 +7,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 proto="$here/../../proto"
 c="$here/corpus"
 rm -rf "$c"
-mkdir -p "$c"/{job_spec_fuzz,config_fuzz,rest_fuzz,control_fuzz,peer_fuzz}
+mkdir -p "$c"/{job_spec_fuzz,config_fuzz,rest_fuzz,control_fuzz,peer_fuzz,ad_verify_fuzz}
 
 enc() {  # MESSAGE (text format on stdin) -> binary on stdout
   protoc -I"$proto" --encode="fedgate.v1.$1" "$proto"/fedgate/v1/*.proto
@@ -112,4 +112,25 @@ ads { origin: "site-b" seq: 4 issued_at_unix_ms: 1700000000000 ttl_ms: 10000 int
               kept_for { key: "j-00000000000000cc" value: 4 } }
       tenants { tenant: "vision" gpus: 8 borrow: 2 used_gpus: 3 } }
 T
+# Signed ads: a SignedAd whose `ad` is the CapacityAd given in text format;
+# the target fills in a genuine certificate and signature (ad_verify_fuzz.cc).
+signed_ad() {  # NAME (CapacityAd text format on stdin)
+  enc CapacityAd | python3 -c '
+import sys
+b = sys.stdin.buffer.read()
+n, v = len(b), bytearray()
+while True:
+    v.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+    n >>= 7
+    if not n:
+        break
+sys.stdout.buffer.write(b"\x0a" + bytes(v) + b)' >"$c/ad_verify_fuzz/$1"
+}
+echo 'origin: "site-b" seq: 4 incarnation: 1700000000000 issued_at_unix_ms: 1700000000000 ttl_ms: 10000 interval_ms: 2000 endpoint: "10.0.0.2:7443" nodes { name: "b-n1" address: "10.0.0.2" gpu_model: "A100-80GB" free_gpus: 8 total_gpus: 8 }' |
+  signed_ad plain
+echo 'origin: "site-b" seq: 5 issued_at_unix_ms: 1700000000000 ttl_ms: 10000 links { from: "site-b" to: "site-a" gbps: 9.5 measured_at_unix_ms: 1700000000000 } tenants { tenant: "vision" gpus: 8 }' |
+  signed_ad links
+echo 'origin: "site-c" seq: 1 issued_at_unix_ms: 1700000000000 ttl_ms: 10000' | signed_ad other_origin
+echo 'origin: "site-b" seq: 6 issued_at_unix_ms: 1700000000000 ttl_ms: 10000 withdrawn: true' |
+  signed_ad withdrawn
 echo "wrote $(find "$c" -type f | wc -l) seeds under $c"

@@ -141,6 +141,35 @@ TEST_F(FedctlLive, FailuresAreOneLineOnStderrWithNonZeroExit) {
   EXPECT_NE(r.err.find("PERMISSION_DENIED"), std::string::npos) << r.err;
 }
 
+// --site (or DIR/site, or $FEDCTL_SITE) pins the server to one site's
+// gateway; without a pin any gateway of the federation is accepted.
+TEST_F(FedctlLive, APinnedSiteRefusesAnotherSitesGateway) {
+  const std::string tls = fed_.admin_tls_dir("cn-beijing");
+  auto at = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"capacity", "--gateway", fed_.endpoint("cn-beijing"),
+                                     "--tls-dir", tls};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return Fedctl(args);
+  };
+  EXPECT_EQ(at({}).exit_code, 0);
+  EXPECT_EQ(at({"--site", "cn-beijing"}).exit_code, 0) << at({"--site", "cn-beijing"}).err;
+  auto wrong = at({"--site", "cn-shanghai"});
+  EXPECT_NE(wrong.exit_code, 0);
+  EXPECT_NE(wrong.err.find("refused the TLS handshake"), std::string::npos) << wrong.err;
+  EXPECT_EQ(at({"--site", "Not A Site"}).exit_code, 2);
+  // The same pin, recorded beside the TLS files.
+  TempDir pinned;
+  for (const char* f : {"ca.pem", "cert.pem", "key.pem"}) {
+    WriteText(pinned / f, ReadText(tls + "/" + f));
+  }
+  WriteText(pinned / "site", "cn-shanghai\n");
+  auto r = Fedctl({"capacity", "--gateway", fed_.endpoint("cn-beijing"), "--tls-dir", pinned.path()});
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  WriteText(pinned / "site", "cn-beijing\n");
+  r = Fedctl({"capacity", "--gateway", fed_.endpoint("cn-beijing"), "--tls-dir", pinned.path()});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
 TEST_F(FedctlLive, OpsEndpointServesHealthReadinessAndMetrics) {
   int status = 0;
   EXPECT_EQ(HttpGet(fed_.ops_port("cn-beijing"), "/healthz", &status), "ok\n");
