@@ -58,4 +58,13 @@ inline std::string JsonEscape(std::string_view s) {
   return out;
 }
 
+// Whether two secrets are equal, in time that depends on their lengths only
+// (not on where they first differ), so a token cannot be guessed byte by byte.
+inline bool ConstantTimeEquals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  volatile unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff = diff | (a[i] ^ b[i]);
+  return diff == 0;
+}
+
 }  // namespace fedgate

@@ -1,8 +1,12 @@
 #include "transport/control.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 
-#include <boost/asio/read.hpp>
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+
 #include <boost/asio/write.hpp>
 
 #include "base/str_cat.h"
@@ -55,16 +59,46 @@ absl::Status ControlChannel::Send(const google::protobuf::MessageLite& msg) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// Reads exactly `len` bytes before `deadline`. Asio's blocking read ignores
+// SO_RCVTIMEO (it polls again without a limit), so a client that connects
+// and stays silent would hold the reader forever; this one polls itself.
+boost::system::error_code ReadFull(boost::asio::ip::tcp::socket& s, char* buf, size_t len,
+                                   std::chrono::steady_clock::time_point deadline) {
+  size_t got = 0;
+  while (got < len) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          deadline - std::chrono::steady_clock::now())
+                          .count();
+    if (left <= 0) return boost::asio::error::timed_out;
+    pollfd pfd{s.native_handle(), POLLIN, 0};
+    const int r = ::poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left, 1 << 30)));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return {errno, boost::system::system_category()};
+    if (r == 0) return boost::asio::error::timed_out;
+    const ssize_t n = ::recv(s.native_handle(), buf + got, len - got, MSG_DONTWAIT);
+    if (n == 0) return boost::asio::error::eof;
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) continue;
+      return {errno, boost::system::system_category()};
+    }
+    got += static_cast<size_t>(n);
+  }
+  return {};
+}
+
+}  // namespace
+
 absl::Status ControlChannel::Recv(google::protobuf::MessageLite* msg, int timeout_ms) {
   SetSocketTimeouts(socket_, timeout_ms);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   unsigned char header[4];
-  boost::system::error_code ec;
-  boost::asio::read(socket_, boost::asio::buffer(header, 4), ec);
+  auto ec = ReadFull(socket_, reinterpret_cast<char*>(header), 4, deadline);
   if (ec == boost::asio::error::eof) {
     return absl::UnavailableError("control connection closed by the other side");
   }
-  if (ec == boost::asio::error::would_block || ec == boost::asio::error::try_again ||
-      ec == boost::asio::error::timed_out) {
+  if (ec == boost::asio::error::timed_out) {
     return absl::DeadlineExceededError(
         StrCat("control connection: no answer within ", timeout_ms, " ms"));
   }
@@ -72,7 +106,11 @@ absl::Status ControlChannel::Recv(google::protobuf::MessageLite* msg, int timeou
   auto n = CheckFrameHeader(header);
   if (!n.ok()) return n.status();
   std::string payload(*n, '\0');
-  boost::asio::read(socket_, boost::asio::buffer(payload), ec);
+  ec = ReadFull(socket_, payload.data(), payload.size(), deadline);
+  if (ec == boost::asio::error::timed_out) {
+    return absl::DeadlineExceededError(
+        StrCat("control connection: message not complete within ", timeout_ms, " ms"));
+  }
   if (ec) return absl::UnavailableError(StrCat("control connection: ", ec.message()));
   return ParseFramePayload(payload, msg);
 }

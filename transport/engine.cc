@@ -4,10 +4,12 @@
 #include <poll.h>
 
 #include <boost/asio.hpp>
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
 #include "base/str_cat.h"
+#include "base/text.h"
 #include "transport/bandwidth.h"
 #include "transport/control.h"
 #include "transport/transport.h"
@@ -119,21 +121,22 @@ struct BenchServer::Impl {
     if (options.log) options.log(line);
   }
 
-  // True when the client was accepted (token and transport good).
-  bool Session(tcp::socket sock) {
+  // True when the client was accepted (token and transport good). A client
+  // gets at most `hello_ms` to say hello.
+  bool Session(tcp::socket sock, int64_t hello_ms) {
     std::string peer;
     boost::system::error_code ec;
     auto remote = sock.remote_endpoint(ec);
     if (!ec) peer = StrCat(remote.address().to_string(), ":", remote.port());
     ControlChannel control(std::move(sock));
     v1::BenchHello hello;
-    if (auto st = control.Recv(&hello, 10000); !st.ok()) {
+    if (auto st = control.Recv(&hello, std::clamp<int64_t>(hello_ms, 100, 10000)); !st.ok()) {
       Log(StrCat("client ", peer, ": ", st.message()));
       return false;
     }
     v1::BenchWelcome welcome;
     std::unique_ptr<ServerTransport> transport;
-    if (!options.token.empty() && hello.token() != options.token) {
+    if (!options.token.empty() && !fedgate::ConstantTimeEquals(hello.token(), options.token)) {
       welcome.set_error("bad or missing token");
     } else {
       auto made = MakeServerTransport(hello.transport());
@@ -223,24 +226,32 @@ void BenchServer::Serve() {
   int sessions = 0;
   auto idle_since = std::chrono::steady_clock::now();
   while (!impl_->stop) {
-    pollfd pfd{impl_->acceptor.native_handle(), POLLIN, 0};
-    const int r = ::poll(&pfd, 1, 200);
-    if (r <= 0) {
-      if (impl_->options.idle_timeout_ms > 0 &&
-          std::chrono::steady_clock::now() - idle_since >
-              std::chrono::milliseconds(impl_->options.idle_timeout_ms)) {
-        impl_->Log("no client came; closing");
-        break;
-      }
-      continue;
+    // Checked before every accept: a stream of refused clients must not
+    // keep the listener open.
+    if (impl_->options.idle_timeout_ms > 0 &&
+        std::chrono::steady_clock::now() - idle_since >
+            std::chrono::milliseconds(impl_->options.idle_timeout_ms)) {
+      impl_->Log("no client came; closing");
+      break;
     }
+    pollfd pfd{impl_->acceptor.native_handle(), POLLIN, 0};
+    if (::poll(&pfd, 1, 200) <= 0) continue;
     boost::system::error_code ec;
     tcp::socket sock(impl_->io);
     impl_->acceptor.accept(sock, ec);
     if (ec) continue;
-    // Refused clients do not use up a one-time server.
-    const bool accepted = impl_->Session(std::move(sock));
-    idle_since = std::chrono::steady_clock::now();
+    // Refused clients neither use up a one-time server nor keep it open:
+    // only an authenticated session re-arms the idle timer, and a hello may
+    // take no longer than the time the listener has left.
+    int64_t left_ms = 10000;
+    if (impl_->options.idle_timeout_ms > 0) {
+      left_ms = impl_->options.idle_timeout_ms -
+                std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::steady_clock::now() - idle_since)
+                    .count();
+    }
+    const bool accepted = impl_->Session(std::move(sock), left_ms);
+    if (accepted) idle_since = std::chrono::steady_clock::now();
     if (accepted && impl_->options.max_sessions > 0 && ++sessions >= impl_->options.max_sessions) {
       break;
     }

@@ -3,6 +3,11 @@
 #include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
 
+#include <boost/asio.hpp>
+#include <atomic>
+#include <chrono>
+#include <thread>
+
 #include "fedgate/v1/bench.pb.h"
 #include "tests/support/harness.h"
 #include "transport/engine.h"
@@ -145,6 +150,52 @@ TEST(BenchEngine, OneTimeServerIgnoresRefusedClientsAndClosesAfterOneSession) {
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_GT(ok->gbps(), 0);
   EXPECT_FALSE(transport::RunBenchmark(ro).ok()) << "a one-time server serves once";
+}
+
+// Clients without the token cannot keep a one-time listener open: only an
+// authenticated session re-arms its idle timer, and a client that never
+// says hello is cut off when the listener's time is up.
+TEST(BenchEngine, RefusedAndSilentClientsDoNotKeepTheListenerOpen) {
+  transport::ServeOptions so;
+  so.token = "tok";
+  so.max_sessions = 1;
+  so.idle_timeout_ms = 1500;
+  auto srv = transport::BenchServer::Listen("127.0.0.1:0", so);
+  ASSERT_TRUE(srv.ok());
+  (*srv)->ServeInBackground();
+  transport::RunOptions ro;
+  ro.target = "127.0.0.1:" + std::to_string((*srv)->port());
+  ro.sizes = {4096};
+  ro.duration_ms = 100;
+  ro.warmup_ms = 0;
+  ro.token = "tok-but-longer";
+  const auto t0 = std::chrono::steady_clock::now();
+  // A wrong token every 200 ms, and one connection that stays silent.
+  std::thread silent([&] {
+    boost::asio::io_context io;
+    boost::asio::ip::tcp::socket s(io);
+    boost::system::error_code ec;
+    s.connect({boost::asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>((*srv)->port())}, ec);
+    std::this_thread::sleep_for(std::chrono::milliseconds(4000));
+  });
+  std::atomic<int64_t> closed_ms{-1};
+  std::thread watch([&] {
+    while (!(*srv)->done() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(6)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    closed_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::steady_clock::now() - t0)
+                    .count();
+  });
+  while (!(*srv)->done() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(6)) {
+    EXPECT_FALSE(transport::RunBenchmark(ro).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  watch.join();
+  const auto closed_after = std::chrono::milliseconds(closed_ms.load());
+  silent.join();
+  EXPECT_TRUE((*srv)->done()) << "refused clients kept the listener open";
+  EXPECT_LT(closed_after, std::chrono::milliseconds(3500)) << "idle timeout 1.5 s";
 }
 
 }  // namespace
