@@ -12,7 +12,7 @@ PACKAGES=(
   libibverbs-dev librdmacm-dev
   clang libfuzzer-14-dev libclang-rt-14-dev
   prometheus systemd
-  iproute2 procps curl python3 python3-yaml python3-locust iperf3
+  iproute2 procps curl openssl python3 python3-yaml python3-locust iperf3
   python3-torch
   slurmctld slurmd slurm-client munge
 )

@@ -4,6 +4,7 @@
 #include <google/protobuf/util/json_util.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
@@ -14,12 +15,17 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
 #include <thread>
 
 #include "base/str_cat.h"
 #include "base/text.h"
 #include "gateway/security/authz.h"
+#include "gateway/security/certs.h"
 #include "gateway/security/identity.h"
+#include "gateway/security/revocation.h"
 #include "gateway/jobs/job_manager.h"
 #include "gateway/ops/metrics.h"
 #include "gateway/api/rest_routes.h"
@@ -63,6 +69,74 @@ std::string ToJson(const google::protobuf::Message& m) {
   return out + "\n";
 }
 
+// The TLS context from the certificate files and tls.crl (revoked clients
+// fail the handshake).
+absl::StatusOr<std::shared_ptr<ssl::context>> MakeTlsContext(const Config& config) {
+  auto tls = std::make_shared<ssl::context>(ssl::context::tls_server);
+  boost::system::error_code ec;
+  tls->set_options(ssl::context::no_sslv2 | ssl::context::no_sslv3 | ssl::context::no_tlsv1 |
+                   ssl::context::no_tlsv1_1);
+  tls->use_certificate_chain_file(config.tls_cert, ec);
+  if (!ec) tls->use_private_key_file(config.tls_key, ssl::context::pem, ec);
+  if (!ec) tls->load_verify_file(config.tls_ca, ec);
+  if (ec) return absl::InvalidArgumentError(StrCat("listen.http: TLS files: ", ec.message()));
+  if (!config.tls_crl.empty()) {
+    auto crl = ReadFile(config.tls_crl);
+    if (!crl.ok()) return crl.status();
+    if (auto st = AddCrlsToStore(SSL_CTX_get_cert_store(tls->native_handle()), *crl); !st.ok()) {
+      return absl::InvalidArgumentError(StrCat("tls.crl: ", config.tls_crl, ": ", st.message()));
+    }
+  }
+  tls->set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert);
+  return tls;
+}
+
+// Closes (shuts down) connections past their deadline, so that a client that
+// sends its handshake, headers or body slowly, or not at all, lets go of its
+// thread: Asio's blocking reads do not honour SO_RCVTIMEO.
+class Deadlines {
+ public:
+  Deadlines() : thread_([this] { Run(); }) {}
+  ~Deadlines() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void Arm(int fd, std::chrono::milliseconds in) {
+    std::lock_guard lock(mu_);
+    due_[fd] = std::chrono::steady_clock::now() + in;
+  }
+  void Disarm(int fd) {
+    std::lock_guard lock(mu_);
+    due_.erase(fd);
+  }
+
+ private:
+  void Run() {
+    std::unique_lock lock(mu_);
+    while (!stop_) {
+      cv_.wait_for(lock, std::chrono::milliseconds(100));
+      const auto now = std::chrono::steady_clock::now();
+      for (auto it = due_.begin(); it != due_.end();) {
+        if (it->second <= now) {
+          ::shutdown(it->first, SHUT_RDWR);  // the blocked read returns
+          it = due_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::map<int, std::chrono::steady_clock::time_point> due_;
+  std::thread thread_;
+};
+
 }  // namespace
 
 struct RestServer::Impl {
@@ -70,12 +144,44 @@ struct RestServer::Impl {
   JobManager* jobs = nullptr;
   Metrics* metrics = nullptr;
   asio::io_context io;
-  ssl::context tls{ssl::context::tls_server};
+  std::mutex tls_mu;
+  std::shared_ptr<ssl::context> tls;
+  std::string tls_stamp;
+  std::chrono::steady_clock::time_point tls_checked;
   tcp::acceptor acceptor{io};
   std::thread accept_thread;
   std::atomic<bool> stop{false};
   std::atomic<int> active{0};
   int port = 0;
+  Deadlines deadlines;
+
+  std::string TlsStamp() const {
+    return StrCat(FileStamp(config.tls_ca), ";", FileStamp(config.tls_cert), ";",
+                  FileStamp(config.tls_key), ";", FileStamp(config.tls_crl));
+  }
+
+  // The current context: rebuilt when a file changed (looked at once a
+  // second), as gRPC re-reads its files; a broken new set keeps the old one.
+  std::shared_ptr<ssl::context> CurrentTls() {
+    std::lock_guard lock(tls_mu);
+    const auto now = std::chrono::steady_clock::now();
+    if (now - tls_checked >= std::chrono::seconds(1)) {
+      tls_checked = now;
+      std::string stamp = TlsStamp();
+      if (stamp != tls_stamp) {
+        auto fresh = MakeTlsContext(config);
+        if (fresh.ok()) {
+          tls = std::move(*fresh);
+          tls_stamp = std::move(stamp);
+          spdlog::info("listen.http: TLS files reloaded");
+        } else {
+          spdlog::error("listen.http: keeping the old TLS files: {}",
+                        std::string(fresh.status().message()));
+        }
+      }
+    }
+    return tls;
+  }
 
   void AcceptLoop() {
     while (!stop) {
@@ -100,13 +206,21 @@ struct RestServer::Impl {
   }
 
   void Serve(tcp::socket sock) {
-    timeval tv{5, 0};
-    ::setsockopt(sock.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    ::setsockopt(sock.native_handle(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     int one = 1;
     ::setsockopt(sock.native_handle(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    ssl::stream<tcp::socket> stream(std::move(sock), tls);
+    const int fd = sock.native_handle();
+    auto tls_now = CurrentTls();  // kept alive while this connection uses it
+    ssl::stream<tcp::socket> stream(std::move(sock), *tls_now);
     boost::system::error_code ec;
+    // The handshake and each request (headers and body) must arrive within
+    // api.read_timeout; an idle keep-alive connection is closed after it too.
+    const std::chrono::milliseconds read_deadline(config.api_read_timeout_ms);
+    deadlines.Arm(fd, read_deadline);
+    struct Disarm {
+      Deadlines& d;
+      int fd;
+      ~Disarm() { d.Disarm(fd); }
+    } disarm{deadlines, fd};
     stream.handshake(ssl::stream_base::server, ec);
     if (ec) {
       metrics->Inc("fedgate_authz_refusals_total", {{"rpc_class", "rest"}, {"reason", "handshake"}});
@@ -119,7 +233,9 @@ struct RestServer::Impl {
     for (int served = 0; served < kMaxRequestsPerConnection && !stop; ++served) {
       http::request_parser<http::string_body> parser;
       parser.body_limit(kMaxBodyBytes);
+      deadlines.Arm(fd, read_deadline);
       http::read(stream, buf, parser, ec);
+      deadlines.Arm(fd, kHandleDeadline);  // the handler, then writing the reply
       if (ec == http::error::end_of_stream || ec == boost::asio::error::eof ||
           ec == boost::asio::ssl::error::stream_truncated ||
           (ec && served > 0 && buf.size() == 0)) {
@@ -222,13 +338,11 @@ absl::StatusOr<std::unique_ptr<RestServer>> RestServer::Start(const Config& conf
   im.jobs = jobs;
   im.metrics = metrics;
   boost::system::error_code ec;
-  im.tls.set_options(ssl::context::no_sslv2 | ssl::context::no_sslv3 | ssl::context::no_tlsv1 |
-                     ssl::context::no_tlsv1_1);
-  im.tls.use_certificate_chain_file(config.tls_cert, ec);
-  if (!ec) im.tls.use_private_key_file(config.tls_key, ssl::context::pem, ec);
-  if (!ec) im.tls.load_verify_file(config.tls_ca, ec);
-  if (ec) return absl::InvalidArgumentError(StrCat("listen.http: TLS files: ", ec.message()));
-  im.tls.set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert);
+  im.tls_stamp = im.TlsStamp();
+  auto tls = MakeTlsContext(config);
+  if (!tls.ok()) return tls.status();
+  im.tls = std::move(*tls);
+  im.tls_checked = std::chrono::steady_clock::now();
   const auto [host, port_text] = SplitHostPort(config.listen_http);
   const auto port = ParsePort(port_text);
   if (!port) {

@@ -10,6 +10,7 @@
 // 401/403; all with {"error": {"code", "message"}}.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -27,6 +28,10 @@ class RestServer {
   // Open connections (one thread each) and requests served on one of them.
   static constexpr int kMaxConnections = 512;
   static constexpr int kMaxRequestsPerConnection = 1000;
+  // The TLS handshake, and each request's headers and body, must arrive
+  // within api.read_timeout (slowloris); handling a request and writing its
+  // reply within this.
+  static constexpr std::chrono::milliseconds kHandleDeadline{60000};
   static absl::StatusOr<std::unique_ptr<RestServer>> Start(const Config& config, JobManager* jobs,
                                                           Metrics* metrics);
   ~RestServer();

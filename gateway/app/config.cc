@@ -163,7 +163,7 @@ Config Walk(const YAML::Node& root, const std::string& base_dir, const Walker& w
   if (listen["ops"]) c.listen_ops = w.Endpoint(listen["ops"], "listen.ops", true);
 
   const auto& tls = root["tls"];
-  w.ExpectKeys(tls, "tls", {"ca", "cert", "key", "reload_interval"});
+  w.ExpectKeys(tls, "tls", {"ca", "cert", "key", "reload_interval", "crl"});
   for (const char* req : {"ca", "cert", "key"}) {
     if (!tls[req]) w.Fail(tls, fedgate::StrCat("missing required key \"tls.", req, "\""));
   }
@@ -175,6 +175,16 @@ Config Walk(const YAML::Node& root, const std::string& base_dir, const Walker& w
                                   {"key", c.tls_key}}) {
     std::ifstream f(file);
     if (!f) w.Fail(tls[key], fedgate::StrCat("\"tls.", key, "\": cannot read file ", file));
+  }
+  if (tls["crl"]) {
+    c.tls_crl = Resolve(base_dir, w.Str(tls["crl"], "tls.crl"));
+    std::ifstream f(c.tls_crl);
+    if (!f) w.Fail(tls["crl"], fedgate::StrCat("\"tls.crl\": cannot read file ", c.tls_crl));
+    std::stringstream text;
+    text << f.rdbuf();
+    if (text.str().find("-----BEGIN X509 CRL-----") == std::string::npos) {
+      w.Fail(tls["crl"], fedgate::StrCat("\"tls.crl\": ", c.tls_crl, " holds no PEM CRL"));
+    }
   }
   if (tls["reload_interval"]) {
     c.tls_reload_interval_ms = w.Duration(tls["reload_interval"], "tls.reload_interval");
@@ -280,7 +290,8 @@ Config Walk(const YAML::Node& root, const std::string& base_dir, const Walker& w
   if (c.jobs_lease_ms < 1000) w.Fail(root["jobs"]["lease"], "\"jobs.lease\" must be at least 1s");
   if (root["api"]) {
     const auto& a = root["api"];
-    w.ExpectKeys(a, "api", {"max_streams_per_caller"});
+    w.ExpectKeys(a, "api", {"max_streams_per_caller", "read_timeout"});
+    if (a["read_timeout"]) c.api_read_timeout_ms = w.Duration(a["read_timeout"], "api.read_timeout");
     if (a["max_streams_per_caller"]) {
       c.api_max_streams_per_caller = w.Scalar<int>(a["max_streams_per_caller"],
                                                    "api.max_streams_per_caller", "a number");

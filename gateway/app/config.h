@@ -30,6 +30,7 @@ struct Config {
   std::string listen_ops = "127.0.0.1:9090";
   // Absolute paths (relative ones are resolved against the config's folder).
   std::string tls_ca, tls_cert, tls_key;
+  std::string tls_crl;  // PEM CRL(s) of revoked certificates; "" = none
   int64_t tls_reload_interval_ms = 5000;  // how often cert files are re-read
   std::string data_dir = "/var/lib/fedgate";
   std::string inventory_source = "static";
@@ -66,6 +67,8 @@ struct Config {
   // (jobs.lease; default max(3s, 5 advertise intervals)).
   int64_t jobs_lease_ms = 0;
   int api_max_streams_per_caller = 16;  // Watch/Logs streams per identity
+  // REST: the TLS handshake and each request must arrive within this (slowloris).
+  int64_t api_read_timeout_ms = 10000;
   // GPU health probe: this command wins over NVML and nvidia-smi; a round
   // that outlives the interval is killed and changes nothing.
   std::string health_command;

@@ -88,7 +88,8 @@ absl::Status Gateway::Start() {
   core_ = std::make_unique<GatewayCore>(config_, clock_.get(), store_.get(), std::move(inventory),
                                         metrics_.get());
   ad_authority_ = std::make_unique<FileAdAuthority>(config_.tls_ca, config_.tls_cert,
-                                                    config_.tls_key, config_.federation);
+                                                    config_.tls_key, config_.federation,
+                                                    config_.tls_crl);
   core_->SetAdAuthority(ad_authority_.get());
   if (auto st = core_->Init(); !st.ok()) return st;
   participant_ = std::make_unique<Participant>(config_, clock_.get(), store_.get());
@@ -335,7 +336,8 @@ absl::Status Gateway::Start() {
   grpc::ServerBuilder builder;
   builder.AddListeningPort(
       config_.listen_grpc,
-      MakeServerCredentials(config_.tls_ca, config_.tls_cert, config_.tls_key, reload_s),
+      MakeServerCredentials(config_.tls_ca, config_.tls_cert, config_.tls_key, reload_s,
+                            std::make_shared<RevocationList>(config_.tls_crl)),
       &grpc_port_);
   // Port clashes must fail loudly, not be shared.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);

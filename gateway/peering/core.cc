@@ -42,7 +42,7 @@ GatewayCore::GatewayCore(const Config& config, const federation::Clock* clock, S
   metrics_->Describe("fedgate_ads_refused_total", "counter",
                      "Ads refused as hostile or broken, by reason: unsigned, bad_ad, "
                      "bad_certificate, untrusted_certificate, not_a_gateway, origin_mismatch, "
-                     "bad_signature, invalid, future, foreign_link, seq_out_of_range.");
+                     "bad_signature, revoked, invalid, future, foreign_link, seq_out_of_range.");
   metrics_->Describe("fedgate_ads_expired_total", "counter", "Ads dropped past their TTL.");
   metrics_->Describe("fedgate_ads_issued_total", "counter", "Ads this site issued.");
   metrics_->Describe("fedgate_peers_up", "gauge", "Approved peers heard within the window.");

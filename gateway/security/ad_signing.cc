@@ -5,8 +5,7 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 #include <openssl/x509_vfy.h>
-
-#include <sys/stat.h>
+#include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <ctime>
@@ -14,6 +13,7 @@
 #include "base/str_cat.h"
 #include "gateway/security/certs.h"
 #include "gateway/security/identity.h"
+#include "gateway/security/revocation.h"
 
 namespace fedgate::gateway {
 namespace {
@@ -98,7 +98,7 @@ AdVerifier::AdVerifier(std::string ca_pem, std::string federation)
 
 AdVerifier::~AdVerifier() = default;
 
-void AdVerifier::SetCa(std::string ca_pem) {
+void AdVerifier::SetCa(std::string ca_pem, std::string crl_pem) {
   auto store = std::make_unique<Store>();
   store->store = X509_STORE_new();
   BioPtr bio(BIO_new_mem_buf(ca_pem.data(), static_cast<int>(ca_pem.size())));
@@ -107,6 +107,9 @@ void AdVerifier::SetCa(std::string ca_pem) {
     X509_free(ca);
   }
   ERR_clear_error();  // the end of the bundle reads as an error
+  if (!crl_pem.empty() && !AddCrlsToStore(store->store, crl_pem).ok()) {
+    spdlog::error("signed ads: the CRL holds no PEM CRL; checking without it");
+  }
   std::lock_guard lock(mu_);
   ca_pem_ = std::move(ca_pem);
   store_ = std::move(store);
@@ -134,7 +137,8 @@ absl::StatusOr<std::string> AdVerifier::CheckCertificate(const std::string& der,
   if (X509_verify_cert(ctx.get()) != 1) {
     const int err = X509_STORE_CTX_get_error(ctx.get());
     ERR_clear_error();
-    return refuse("untrusted_certificate", X509_verify_cert_error_string(err));
+    return refuse(err == X509_V_ERR_CERT_REVOKED ? "revoked" : "untrusted_certificate",
+                  X509_verify_cert_error_string(err));
   }
   auto id = IdentityFromCertDer(der);
   if (!id.ok()) return refuse("bad_certificate", std::string(id.status().message()));
@@ -179,10 +183,11 @@ absl::StatusOr<v1::CapacityAd> AdVerifier::Verify(const v1::SignedAd& signed_ad,
 }
 
 FileAdAuthority::FileAdAuthority(std::string ca_path, std::string cert_path, std::string key_path,
-                                 std::string federation)
+                                 std::string federation, std::string crl_path)
     : ca_path_(std::move(ca_path)),
       cert_path_(std::move(cert_path)),
       key_path_(std::move(key_path)),
+      crl_path_(std::move(crl_path)),
       verifier_("", std::move(federation)) {
   std::lock_guard lock(mu_);
   ReloadLocked();
@@ -195,21 +200,20 @@ void FileAdAuthority::ReloadLocked() {
   if (checked_at_ms_ >= 0 && now - checked_at_ms_ < 1000) return;
   checked_at_ms_ = now;
   std::string stamp;
-  for (const auto* path : {&ca_path_, &cert_path_, &key_path_}) {
-    struct stat st {};
-    if (::stat(path->c_str(), &st) == 0) {
-      stamp += StrCat(st.st_size, ":", st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec, ";");
-    }
+  for (const auto* path : {&ca_path_, &cert_path_, &key_path_, &crl_path_}) {
+    stamp += FileStamp(*path) + ";";
   }
   if (stamp == stamp_) return;
   auto ca = ReadFile(ca_path_);
   auto cert = ReadFile(cert_path_);
   auto key = ReadFile(key_path_);
-  if (!ca.ok() || !cert.ok() || !key.ok()) return;  // mid-rotation: try again later
+  absl::StatusOr<std::string> crl = std::string();
+  if (!crl_path_.empty()) crl = ReadFile(crl_path_);
+  if (!ca.ok() || !cert.ok() || !key.ok() || !crl.ok()) return;  // mid-rotation: try later
   stamp_ = std::move(stamp);
   cert_pem_ = std::move(*cert);
   key_pem_ = std::move(*key);
-  verifier_.SetCa(std::move(*ca));
+  verifier_.SetCa(std::move(*ca), std::move(*crl));
 }
 
 absl::StatusOr<v1::SignedAd> FileAdAuthority::Sign(const v1::CapacityAd& ad) {

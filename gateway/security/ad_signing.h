@@ -22,7 +22,7 @@ absl::StatusOr<v1::SignedAd> SignAd(const v1::CapacityAd& ad, std::string_view c
 
 // Why a signed ad was refused: the label of fedgate_ads_refused_total.
 struct AdRefusal {
-  std::string reason;  // bad_ad, bad_certificate, untrusted_certificate,
+  std::string reason;  // bad_ad, bad_certificate, untrusted_certificate, revoked,
                        // not_a_gateway, origin_mismatch, bad_signature
   std::string detail;
 };
@@ -36,8 +36,9 @@ class AdVerifier {
   // The ad, when every check passes; otherwise why not.
   absl::StatusOr<v1::CapacityAd> Verify(const v1::SignedAd& signed_ad, AdRefusal* why);
 
-  // A new trust bundle (certificate rotation); forgets verified certificates.
-  void SetCa(std::string ca_pem);
+  // A new trust bundle (certificate rotation) and, if not empty, the CRLs
+  // its leaves are checked against; forgets verified certificates.
+  void SetCa(std::string ca_pem, std::string crl_pem = "");
 
  private:
   struct Trusted {
@@ -68,15 +69,16 @@ class AdAuthority {
 // rotation), looked at no more than once a second.
 class FileAdAuthority : public AdAuthority {
  public:
+  // With `crl_path`, ads signed by a revoked certificate are refused.
   FileAdAuthority(std::string ca_path, std::string cert_path, std::string key_path,
-                  std::string federation);
+                  std::string federation, std::string crl_path = "");
   absl::StatusOr<v1::SignedAd> Sign(const v1::CapacityAd& ad) override;
   absl::StatusOr<v1::CapacityAd> Verify(const v1::SignedAd& signed_ad, AdRefusal* why) override;
 
  private:
   void ReloadLocked();
 
-  const std::string ca_path_, cert_path_, key_path_;
+  const std::string ca_path_, cert_path_, key_path_, crl_path_;
   std::mutex mu_;
   int64_t checked_at_ms_ = -1;
   std::string stamp_;  // sizes and mtimes of the three files

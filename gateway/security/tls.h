@@ -11,16 +11,16 @@
 #include <string>
 
 #include "gateway/security/identity.h"
+#include "gateway/security/revocation.h"
 
 namespace fedgate::gateway {
 
 // Server credentials that re-read ca/cert/key every `reload_interval_s`
 // (replaced files take effect for new connections) and require and verify a
-// client certificate.
-std::shared_ptr<grpc::ServerCredentials> MakeServerCredentials(const std::string& ca_path,
-                                                               const std::string& cert_path,
-                                                               const std::string& key_path,
-                                                               unsigned reload_interval_s);
+// client certificate, refusing at the handshake those `crl` revokes.
+std::shared_ptr<grpc::ServerCredentials> MakeServerCredentials(
+    const std::string& ca_path, const std::string& cert_path, const std::string& key_path,
+    unsigned reload_interval_s, std::shared_ptr<RevocationList> crl = nullptr);
 
 using ServerCheck = std::function<absl::Status(const Identity&)>;
 

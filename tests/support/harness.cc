@@ -189,7 +189,8 @@ void TestFederation::WriteConfig(const std::string& site) {
   y << "site: " << site << "\nfederation: " << ca_->federation() << "\n"
     << "listen:\n  grpc: " << endpoint(site) << "\n  ops: 127.0.0.1:0\n  http: 127.0.0.1:0\n"
     << "tls: {ca: tls/ca.pem, cert: tls/cert.pem, key: tls/key.pem"
-    << (s.opts.tls_reload.empty() ? "" : ", reload_interval: " + s.opts.tls_reload) << "}\n"
+    << (s.opts.tls_reload.empty() ? "" : ", reload_interval: " + s.opts.tls_reload)
+    << (s.opts.tls_crl.empty() ? "" : ", crl: " + s.opts.tls_crl) << "}\n"
     << "data_dir: data\n";
   if (s.opts.inventory_source == "static") {
     y << "inventory:\n  nodes:\n";

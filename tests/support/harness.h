@@ -44,6 +44,7 @@ struct SiteOptions {
   std::string interval = "300ms";
   std::string ttl = "1500ms";
   std::string tls_reload = "";  // e.g. "1s"
+  std::string tls_crl = "";     // tls.crl: a PEM CRL file
   std::string probe_duration = "300ms";
   bool probe_on_peer_up = false;  // loopback floods would disturb timing tests
   std::string jobs_lease = "";    // jobs.lease; default from the interval

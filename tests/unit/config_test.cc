@@ -106,6 +106,33 @@ TEST_F(ConfigTest, UnknownKeysNameTheKeyAndLine) {
               "unknown key \"inventory.nodes[0].colour\"");
 }
 
+TEST_F(ConfigTest, SignedAdsRevocationAndReadTimeoutKeys) {
+  auto with_crl = [](std::string yaml, const std::string& file) {
+    const std::string tls = "key: key.pem}";
+    return yaml.replace(yaml.find(tls), tls.size(), "key: key.pem, crl: " + file + "}");
+  };
+  auto c = Parse(Good());
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->advertise_require_signed) << "signed ads are required by default";
+  EXPECT_EQ(c->advertise_max_skew_ms, 30000);
+  EXPECT_TRUE(c->tls_crl.empty());
+  EXPECT_EQ(c->api_read_timeout_ms, 10000);
+  WriteText(dir_ / "crl.pem", "-----BEGIN X509 CRL-----\nx\n-----END X509 CRL-----\n");
+  c = Parse(with_crl(Good("advertise: {require_signed: false, max_clock_skew: 5s, endpoint: gw.bj:7443}\n"
+                          "api: {read_timeout: 3s}\n"),
+                     "crl.pem"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->advertise_require_signed);
+  EXPECT_EQ(c->advertise_max_skew_ms, 5000);
+  EXPECT_EQ(c->advertise_endpoint, "gw.bj:7443");
+  EXPECT_EQ(c->tls_crl, dir_ / "crl.pem");
+  EXPECT_EQ(c->api_read_timeout_ms, 3000);
+  ExpectError(Good("advertise: {require_signed: maybe}\n"), "advertise.require_signed");
+  ExpectError(Good("advertise: {endpoint: nowhere}\n"), "advertise.endpoint");
+  ExpectError(with_crl(Good(), "missing.pem"), "\"tls.crl\": cannot read file");
+  ExpectError(with_crl(Good(), "ca.pem"), "holds no PEM CRL");
+}
+
 TEST_F(ConfigTest, MissingRequiredKeys) {
   ExpectError("federation: aidc\n", "missing required key \"site\"");
   ExpectError(Good().replace(Good().find("gpu_model: A100-80GB, "), 22, ""),
