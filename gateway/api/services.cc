@@ -37,9 +37,9 @@ grpc::ServerUnaryReactor* Guarded(grpc::CallbackServerContext* ctx, const Author
     reactor->Finish(ToGrpc(caller.status()));
     return reactor;
   }
-  metrics->Inc(cls == RpcClass::kPeer    ? "fedgate_peer_rpc_handled_total"
-               : cls == RpcClass::kAdmin ? "fedgate_admin_rpc_handled_total"
-                                         : "fedgate_job_rpc_handled_total",
+  metrics->Inc(cls == RpcClass::kAdmin ? "fedgate_admin_rpc_handled_total"
+               : cls == RpcClass::kJob ? "fedgate_job_rpc_handled_total"
+                                       : "fedgate_peer_rpc_handled_total",
                {{"method", method}});
   const auto t0 = std::chrono::steady_clock::now();
   const absl::Status st = body(*caller);
@@ -97,7 +97,8 @@ absl::Status SameSite(const std::string& named, const Identity& id) {
 #define FEDGATE_PARTICIPANT_RPC(Method, Call, Req, Resp)                                     \
   grpc::ServerUnaryReactor* PeerServiceImpl::Method(grpc::CallbackServerContext* ctx,       \
                                                     const v1::Req* req, v1::Resp* resp) {   \
-    return Guarded(ctx, authz_, metrics_, RpcClass::kPeer, #Method, [&](const Identity& id) { \
+    return Guarded(ctx, authz_, metrics_, RpcClass::kReservation, #Method,                  \
+                   [&](const Identity& id) {                                                \
       if (auto st = SameSite(req->site(), id); !st.ok()) return st;                          \
       auto out = participant_->Call(id.site, *req);                                          \
       if (out.ok()) *resp = std::move(*out);                                                 \

@@ -141,7 +141,7 @@ Config Walk(const YAML::Node& root, const std::string& base_dir, const Walker& w
   if (!root.IsDefined() || root.IsNull()) w.Fail(root, "the config is empty");
   w.ExpectKeys(root, "",
                {"site", "federation", "listen", "tls", "data_dir", "inventory", "peers",
-                "advertise", "bench", "executor", "jobs", "api", "health", "retention", "pricing", "queue", "tenants", "preemption", "slurm"});
+                "advertise", "bench", "executor", "jobs", "api", "health", "retention", "pricing", "queue", "tenants", "preemption", "slurm", "accept_jobs_from"});
   for (const char* req : {"site", "federation", "listen", "tls", "inventory"}) {
     if (!root[req]) w.Fail(root, fedgate::StrCat("missing required key \"", req, "\""));
   }
@@ -244,6 +244,14 @@ Config Walk(const YAML::Node& root, const std::string& base_dir, const Walker& w
     }
   }
 
+  if (root["accept_jobs_from"]) {
+    const std::string who = w.Str(root["accept_jobs_from"], "accept_jobs_from");
+    if (who != "peers" && who != "federation") {
+      w.Fail(root["accept_jobs_from"],
+             fedgate::StrCat("\"accept_jobs_from\": want peers or federation, got \"", who, "\""));
+    }
+    c.accept_jobs_from_federation = who == "federation";
+  }
   if (root["advertise"]) {
     const auto& a = root["advertise"];
     w.ExpectKeys(a, "advertise",

@@ -43,6 +43,9 @@ struct Config {
   bool advertise_require_signed = true;
   int64_t advertise_max_skew_ms = 30000;  // ads, links, incarnations ahead of now
   std::string advertise_endpoint;         // host:port others dial; "" = listen.grpc
+  // accept_jobs_from: federation: reservations from any gateway of the trust
+  // domain, not only from approved peers.
+  bool accept_jobs_from_federation = false;
   int64_t bench_probe_interval_ms = 10 * 60 * 1000;
   int64_t bench_probe_duration_ms = 3000;
   int64_t bench_link_max_age_ms = 30 * 60 * 1000;  // older links count as unknown

@@ -160,7 +160,7 @@ absl::Status Gateway::Start() {
   authz_ = std::make_unique<Authorizer>(
       config_.federation, config_.site,
       [core = core_.get()](std::string_view site) { return core->IsApprovedPeer(site); },
-      metrics_.get());
+      metrics_.get(), config_.accept_jobs_from_federation);
   const unsigned reload_s =
       static_cast<unsigned>(std::max<int64_t>(1, config_.tls_reload_interval_ms / 1000));
   client_certs_ = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
@@ -196,25 +196,26 @@ absl::Status Gateway::Start() {
     coordinator_ =
         std::make_unique<Coordinator>(core_.get(), job_store_.get(), participant_client_.get());
     job_manager_->SetCoordinator(coordinator_.get());
-    // fedctl usage: this site's ledger and every direct peer's that answers;
-    // sites known only through relayed ads are reported unreachable.
+    // fedctl usage: this site's ledger and that of every site that answers
+    // this one's reservation calls (peers, and sites accepting jobs from the
+    // federation); other sites known from relayed ads are reported unreachable.
     job_manager_->SetUsageGatherer(
         [this](int64_t since, int64_t until, const std::string& tenant) {
           JobManager::GatheredUsage g;
           std::vector<std::string> sites = {config_.site};
           const auto down = core_->DownPeers();
-          std::set<std::string> peers;
-          for (const auto& p : core_->Peers()) {
-            peers.insert(p.site);
-            if (down.contains(p.site)) {
-              g.unreachable.push_back(p.site);
+          const std::set<std::string> asked = core_->SitesForJobs();
+          for (const auto& site : asked) {
+            if (site == config_.site) continue;
+            if (down.contains(site)) {
+              g.unreachable.push_back(site);
             } else {
-              sites.push_back(p.site);
+              sites.push_back(site);
             }
           }
           const v1::GetCapacityResponse capacity = core_->Capacity();
           for (const auto& s : capacity.sites()) {
-            if (s.site() != config_.site && !peers.contains(s.site())) g.unreachable.push_back(s.site());
+            if (!asked.contains(s.site())) g.unreachable.push_back(s.site());
           }
           std::mutex mu;
           std::condition_variable cv;

@@ -179,12 +179,12 @@ void Coordinator::PlacePass() {
     }
   }
   if (pending.empty()) return;
-  // Only this site and its approved peers can be asked to run ranks: every
-  // other known site is avoided. Computed once per pass.
+  // Only this site, its approved peers and sites that accept jobs from the
+  // whole federation can be asked to run ranks: every other known site is
+  // avoided. Computed once per pass.
   std::vector<std::string> unreachable;
   federation::GpusByModel free;
-  std::set<std::string> reachable = {core_->config().site};
-  for (const auto& p : core_->Peers()) reachable.insert(p.site);
+  const std::set<std::string> reachable = core_->SitesForJobs();
   const auto capacity = core_->Capacity();
   for (const auto& s : capacity.sites()) {
     if (!reachable.contains(s.site())) {
@@ -273,7 +273,8 @@ bool Coordinator::TryStart(JobRecord job, const std::vector<std::string>& unreac
       }
       if (std::find(unreachable.begin(), unreachable.end(), home->site) != unreachable.end()) {
         return wait(StrCat("waiting for quota: home site ", home->site, " of tenant ", job.tenant,
-                           " is not a peer of ", core_->config().site));
+                           " is not a peer of ", core_->config().site,
+                           " and accepts jobs only from its peers"));
       }
       const uint64_t held = static_cast<uint64_t>(q.used_gpus()) + q.borrowed_gpus();
       if (held + job.spec.gpus() > static_cast<uint64_t>(q.gpus()) + q.borrow()) {
@@ -302,7 +303,8 @@ bool Coordinator::TryStart(JobRecord job, const std::vector<std::string>& unreac
     }
   }
   if (!plan.ok() || !plan->placeable()) {
-    return wait(plan.ok() ? StrCat("waiting for capacity: ", plan->summary())
+    return wait(plan.ok() ? StrCat("waiting for capacity: ", plan->summary(),
+                                   GatewayCore::LeftOutNote(unreachable))
                           : std::string(plan.status().message()));
   }
   // The virtual cluster: ranks site by site, node by node.

@@ -42,12 +42,13 @@ v1::Job JobManager::ToProto(const JobRecord& r, bool with_plan) {
   j.set_updated_at_unix_ms(r.updated_at_unix_ms);
   if (!r.run.empty()) j.mutable_run()->ParseFromString(r.run);
   if (with_plan && r.state == JobState::kPending) {
-    auto plan = core_->Plan(r.spec);
+    std::string note;
+    auto plan = core_->PlanForJobs(r.spec, &note);
     if (plan.ok()) {
       *j.mutable_placement() = *plan;
       if (r.reason.empty()) {
         j.set_reason(plan->placeable() ? StrCat("queued; placeable now (", plan->summary(), ")")
-                                       : StrCat("waiting for capacity: ", plan->summary()));
+                                       : StrCat("waiting for capacity: ", plan->summary(), note));
       }
     }
   }
@@ -65,8 +66,10 @@ void JobManager::SubmitAsync(const Identity& caller, const v1::SubmitJobRequest&
     done(absl::InvalidArgumentError("idempotency_key longer than 200 characters"));
     return;
   }
-  // Validate against the federation's models before anything is stored.
-  auto plan = core_->Plan(req.spec());
+  // Validate against the federation's models before anything is stored;
+  // the first reason is the placement on the sites this one may use.
+  std::string note;
+  auto plan = core_->PlanForJobs(req.spec(), &note);
   if (!plan.ok()) {
     done(plan.status());
     return;
@@ -77,7 +80,8 @@ void JobManager::SubmitAsync(const Identity& caller, const v1::SubmitJobRequest&
   r.idempotency_key = req.idempotency_key();
   r.spec = federation::WithDefaults(req.spec());
   r.state = JobState::kPending;
-  r.reason = plan->summary();
+  r.reason = plan->placeable() ? plan->summary()
+                               : StrCat("waiting for capacity: ", plan->summary(), note);
   r.created_at_unix_ms = r.updated_at_unix_ms = core_->clock()->NowMs();
   auto reply = [this, done](absl::StatusOr<SubmitOutcome> out) {
     if (!out.ok()) {

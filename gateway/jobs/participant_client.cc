@@ -50,10 +50,7 @@ ParticipantClient::ParticipantClient(
     : core_(core), local_(local), provider_(std::move(provider)) {}
 
 std::shared_ptr<v1::PeerService::Stub> ParticipantClient::Stub(const std::string& site) {
-  std::string endpoint;
-  for (const auto& p : core_->Peers()) {
-    if (p.site == site) endpoint = p.endpoint;
-  }
+  const std::string endpoint = core_->ReservationEndpoint(site);
   if (endpoint.empty()) return nullptr;
   std::lock_guard lock(mu_);
   auto& slot = stubs_[site];
@@ -83,7 +80,8 @@ bool ParticipantClient::Drain(int64_t timeout_ms) {
     }                                                                                      \
     auto stub = Stub(site);                                                                \
     if (stub == nullptr) {                                                                 \
-      done(absl::FailedPreconditionError(StrCat(site, " is not a peer of this site")));    \
+      done(absl::FailedPreconditionError(                                                   \
+          StrCat(site, " is not a peer and does not accept jobs from the federation")));   \
       return;                                                                              \
     }                                                                                      \
     /* The stub outlives the call: the callback holds a reference. */                      \

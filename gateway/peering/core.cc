@@ -373,6 +373,7 @@ void GatewayCore::Withdraw() {
 
 void GatewayCore::PublishLocked(v1::CapacityAd ad) {
   ad.set_incarnation(incarnation_);
+  ad.set_accepts_federation_jobs(config_.accept_jobs_from_federation);
   ad.set_endpoint(config_.advertise_endpoint.empty() ? config_.listen_grpc
                                                      : config_.advertise_endpoint);
   v1::SignedAd signed_ad;
@@ -386,6 +387,60 @@ void GatewayCore::PublishLocked(v1::CapacityAd ad) {
     }
   }
   ads_.Publish(ad, signed_ad);
+}
+
+std::vector<std::string> GatewayCore::SitesLeftOut() {
+  const auto reachable = SitesForJobs();
+  const v1::GetCapacityResponse capacity = Capacity();
+  std::vector<std::string> out;
+  for (const auto& s : capacity.sites()) {
+    if (!reachable.contains(s.site())) out.push_back(s.site());
+  }
+  return out;
+}
+
+std::string GatewayCore::LeftOutNote(const std::vector<std::string>& sites) {
+  if (sites.empty()) return "";
+  std::string list;
+  for (const auto& s : sites) list += fedgate::StrCat(list.empty() ? "" : ", ", s);
+  return fedgate::StrCat("; left out: ", list,
+                         " (not peers of this site and accepting jobs only from their peers)");
+}
+
+absl::StatusOr<v1::PlanResponse> GatewayCore::PlanForJobs(const v1::JobSpec& spec,
+                                                          std::string* note) {
+  const auto left_out = SitesLeftOut();
+  v1::JobSpec avoiding = spec;
+  for (const auto& s : left_out) avoiding.add_avoided_sites(s);
+  auto plan = Plan(avoiding);
+  if (note != nullptr && plan.ok() && !plan->placeable()) *note = LeftOutNote(left_out);
+  return plan;
+}
+
+std::set<std::string> GatewayCore::SitesForJobs() {
+  std::lock_guard lock(mu_);
+  std::set<std::string> out = {config_.site};
+  for (const auto& p : peers_.List()) out.insert(p.site);
+  for (const auto& stored : ads_.Fresh()) {
+    const auto& ad = stored.ad;
+    if (ad.accepts_federation_jobs() && !ad.endpoint().empty() && !ad.withdrawn()) {
+      out.insert(ad.origin());
+    }
+  }
+  return out;
+}
+
+std::string GatewayCore::ReservationEndpoint(const std::string& site) {
+  std::lock_guard lock(mu_);
+  for (const auto& p : peers_.List()) {
+    if (p.site == site) return p.endpoint;
+  }
+  // Not a peer: where its signed ad says it is dialled, if it takes jobs
+  // from the whole federation.
+  if (auto stored = ads_.Get(site); stored && stored->ad.accepts_federation_jobs()) {
+    return stored->ad.endpoint();
+  }
+  return "";
 }
 
 void GatewayCore::RecordLink(const v1::Link& link) {

@@ -83,6 +83,18 @@ class GatewayCore {
   // For the peer links.
   bool IsApprovedPeer(std::string_view site);
   std::vector<federation::PeerInfo> Peers();
+  // Sites that would take a reservation from this coordinator: itself, its
+  // peers, and sites whose fresh ad accepts jobs from the whole federation.
+  std::set<std::string> SitesForJobs();
+  // Known sites not among those.
+  std::vector<std::string> SitesLeftOut();
+  // "; left out: A, B (…)" for a job that waits, "" when none is.
+  static std::string LeftOutNote(const std::vector<std::string>& sites);
+  // Plan on the sites of SitesForJobs only; `note` gets LeftOutNote when
+  // the job cannot be placed.
+  absl::StatusOr<v1::PlanResponse> PlanForJobs(const v1::JobSpec& spec, std::string* note);
+  // Where to dial `site` for reservations ("" when it would refuse us).
+  std::string ReservationEndpoint(const std::string& site);
   // Approved peers that are down now (silent past a few advertise intervals).
   std::set<std::string> DownPeers();
   // Ads `peer` has not been sent (as their origins signed them, where they did).

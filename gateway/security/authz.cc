@@ -8,7 +8,8 @@
 namespace fedgate::gateway {
 
 absl::Status Decide(const Identity& caller, RpcClass cls, std::string_view federation,
-                    std::string_view site, const std::function<bool(std::string_view)>& approved) {
+                    std::string_view site, const std::function<bool(std::string_view)>& approved,
+                    bool federation_jobs) {
   const std::string who = caller.ToUri();
   if (caller.federation != federation) {
     return absl::PermissionDeniedError(
@@ -17,15 +18,20 @@ absl::Status Decide(const Identity& caller, RpcClass cls, std::string_view feder
   }
   switch (cls) {
     case RpcClass::kPeer:
+    case RpcClass::kReservation:
       if (caller.role != Role::kGateway) {
         return absl::PermissionDeniedError(fedgate::StrCat(who, " is not a gateway"));
       }
       if (caller.site == site) {
         return absl::PermissionDeniedError(fedgate::StrCat(who, " is this gateway's own identity"));
       }
+      if (cls == RpcClass::kReservation && federation_jobs) return absl::OkStatus();
       if (!approved(caller.site)) {
         return absl::PermissionDeniedError(
-            fedgate::StrCat("site \"", caller.site, "\" is not an approved peer of ", site));
+            fedgate::StrCat("site \"", caller.site, "\" is not an approved peer of ", site,
+                            cls == RpcClass::kReservation
+                                ? " (which accepts jobs only from its peers: accept_jobs_from)"
+                                : ""));
       }
       return absl::OkStatus();
     case RpcClass::kAdmin:
@@ -44,17 +50,19 @@ absl::Status Decide(const Identity& caller, RpcClass cls, std::string_view feder
 }
 
 Authorizer::Authorizer(std::string federation, std::string site,
-                       std::function<bool(std::string_view)> is_approved_peer, Metrics* metrics)
+                       std::function<bool(std::string_view)> is_approved_peer, Metrics* metrics,
+                       bool federation_jobs)
     : federation_(std::move(federation)),
       site_(std::move(site)),
       approved_(std::move(is_approved_peer)),
-      metrics_(metrics) {}
+      metrics_(metrics),
+      federation_jobs_(federation_jobs) {}
 
 absl::StatusOr<Identity> Authorizer::Authorize(const grpc::AuthContext& ctx, RpcClass cls,
                                                std::string_view method) const {
-  const char* cls_name = cls == RpcClass::kPeer    ? "peer"
-                         : cls == RpcClass::kAdmin ? "admin"
-                                                   : "job";
+  const char* cls_name = cls == RpcClass::kAdmin ? "admin"
+                         : cls == RpcClass::kJob ? "job"
+                                                 : "peer";
   auto refuse = [&](const absl::Status& st, const char* reason) {
     metrics_->Inc("fedgate_authz_refusals_total", {{"rpc_class", cls_name}, {"reason", reason}});
     spdlog::warn("authz: refused {} call {}: {}", cls_name, method, std::string(st.message()));
@@ -70,7 +78,7 @@ absl::StatusOr<Identity> Authorizer::Authorize(const grpc::AuthContext& ctx, Rpc
                                                           id.status().message())),
                   "bad_identity");
   }
-  if (auto st = Decide(*id, cls, federation_, site_, approved_); !st.ok()) {
+  if (auto st = Decide(*id, cls, federation_, site_, approved_, federation_jobs_); !st.ok()) {
     return refuse(st, "role");
   }
   return id;

@@ -17,18 +17,24 @@ namespace fedgate::gateway {
 
 class Metrics;
 
-enum class RpcClass { kPeer, kAdmin, kJob };
+// kReservation: the participant's calls (Prepare, Commit, Abort,
+// SliceStatus, ReadLog, ListUsage), which accept_jobs_from: federation opens
+// to every gateway of the trust domain.
+enum class RpcClass { kPeer, kAdmin, kJob, kReservation };
 
 // The pure decision: peer RPCs only from gateways of approved peer sites of
-// our federation; admin RPCs only from admins of this very site; job RPCs from
-// tenants' users and this site's admins.
+// our federation (reservations also from any of its gateways with
+// `federation_jobs`); admin RPCs only from admins of this very site; job
+// RPCs from tenants' users and this site's admins.
 absl::Status Decide(const Identity& caller, RpcClass cls, std::string_view federation,
-                    std::string_view site, const std::function<bool(std::string_view)>& approved);
+                    std::string_view site, const std::function<bool(std::string_view)>& approved,
+                    bool federation_jobs = false);
 
 class Authorizer {
  public:
   Authorizer(std::string federation, std::string site,
-             std::function<bool(std::string_view)> is_approved_peer, Metrics* metrics);
+             std::function<bool(std::string_view)> is_approved_peer, Metrics* metrics,
+             bool federation_jobs = false);
 
   // The caller's identity if it may call `method` of class `cls`, else
   // PERMISSION_DENIED (UNAUTHENTICATED when the certificate has no usable
@@ -41,6 +47,7 @@ class Authorizer {
   std::string site_;
   std::function<bool(std::string_view)> approved_;
   Metrics* metrics_;
+  bool federation_jobs_;
   // Identities of recently seen certificates, by their exact PEM: parsing
   // X.509 on every call cost more CPU than the rest of a submit. The
   // handshake has verified the chain; the identity is a pure function of the
