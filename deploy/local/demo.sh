@@ -133,6 +133,23 @@ if [ -n "${FED_SLURM_CONF:-}" ]; then
   echo "  squeue now: $(squeue -h | wc -l) job(s)"
 fi
 
+say "Beyond direct peers: 20 GPUs of cn-beijing and cn-shenzhen, which do not peer"
+echo "  (cn-shenzhen sets accept_jobs_from: federation; cn-beijing reserves on it at the"
+echo "   endpoint of its signed ad, with the same ownership rules as a peer)"
+cat >"$WORK/mesh.yaml" <<YAML
+name: beyond-peers
+gpus: 20
+gpu_models: [A100-80GB, H100]
+allowed_sites: [cn-beijing, cn-shenzhen]
+command: [sh, -c, 'echo "rank \$RANK of \$WORLD_SIZE, master \$MASTER_ADDR:\$MASTER_PORT"']
+YAML
+MJOB=$(alice -o json jobs submit -f "$WORK/mesh.yaml" | python3 -c 'import json,sys; print(json.load(sys.stdin)["job"]["id"])')
+if ! timeout 120 "$FEDCTL" --gateway "127.0.0.1:${FED_GRPC[cn-beijing]}" --tls-dir "$WORK/alice" jobs watch "$MJOB"; then
+  echo "the job beyond peers did not succeed: $(alice jobs get "$MJOB")" >&2
+  exit 1
+fi
+alice vc get "$MJOB"
+
 say "A real PyTorch program: init_process_group(\"gloo\", init_method=\"env://\"), 10 A100s of two sites"
 cat >"$WORK/torch.yaml" <<YAML
 name: torch-gloo

@@ -53,7 +53,8 @@ $(_fed_peer cn-shenzhen)" "$extra"
   _fed_config cn-shenzhen \
 "    - {name: sz-1, address: 127.0.0.1, gpu_model: H100, gpu_memory_gib: 80, gpus: 8, rdma: true, nic_gbps: 400}
     - {name: sz-2, address: 127.0.0.1, gpu_model: H100, gpu_memory_gib: 80, gpus: 8, rdma: true, nic_gbps: 400}" \
-"$(_fed_peer cn-shanghai)" "$extra"
+"$(_fed_peer cn-shanghai)" "$extra
+accept_jobs_from: federation"
 }
 
 _fed_peer() { echo "  - {site: $1, endpoint: 127.0.0.1:${FED_GRPC[$1]}}"; }
