@@ -6,7 +6,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <set>
+#include <thread>
 #include <map>
 #include <sstream>
 
@@ -209,6 +214,134 @@ TEST_F(NetnsFederation, ProbedLinksMatchTheShapedRatesAndFollowAReshape) {
       10000, 200));
   // The next two-site job avoids the degraded a-b link: a-c (100) beats b-c (40).
   EXPECT_EQ(PlanSites(), (std::vector<std::string>{"site-a", "site-c"}));
+}
+
+// A partition: the a-b link of a job running on site-a and site-b goes down
+// (ip link set ... down). Both sides mark each other down, b's slice stops
+// when its lease lapses, and the job runs again on the sites left (a and c);
+// when the link heals the views converge. Every rank logs when it starts and
+// stops on which GPU, so that no GPU is seen serving two attempts at once.
+TEST_F(NetnsFederation, APartitionedJobRunsAgainOnTheSitesLeftAndTheViewHeals) {
+  auto peer_state = [&](const std::string& s, const std::string& peer) {
+    auto r = Fedctl(s, "peers list -o json");
+    v1::ListPeersResponse resp;
+    google::protobuf::util::JsonParseOptions lax;
+    lax.ignore_unknown_fields = true;
+    if (r.exit_code != 0 || !google::protobuf::util::JsonStringToMessage(r.out, &resp, lax).ok()) {
+      return std::string("?");
+    }
+    for (const auto& p : resp.peers()) {
+      if (p.site() == Site(peer)) return v1::Peer::State_Name(p.state());
+    }
+    return std::string("none");
+  };
+  auto all_up = [&] {
+    for (const auto& p : pairs_) {
+      if (peer_state(p.x, p.y) != "up" || peer_state(p.y, p.x) != "up") return false;
+    }
+    return true;
+  };
+  ASSERT_TRUE(Eventually(all_up, 30000, 200)) << ReadText(dir_ / "site-a/fedgate.log");
+  // Rank output goes to a folder every rank user may write.
+  const std::string marks = "/tmp/" + prefix_ + "-marks";
+  std::filesystem::create_directories(marks);
+  std::filesystem::permissions(marks, std::filesystem::perms::all);
+  WriteTlsDir(dir_ / "alice", ca_.User("vision", "alice"));
+  WriteText(dir_ / "job.yaml",
+            "name: split\ngpus: 6\nmax_attempts: 5\ncommand: [sh, -c, 'f=" + marks +
+                "/$FEDGATE_SITE-$FEDGATE_ATTEMPT-$RANK; echo \"$FEDGATE_SITE $CUDA_VISIBLE_DEVICES "
+                "$FEDGATE_ATTEMPT start $(date +%s.%N)\" > $f; trap \"echo \\\"$FEDGATE_SITE "
+                "$CUDA_VISIBLE_DEVICES $FEDGATE_ATTEMPT end $(date +%s.%N)\\\" >> $f; exit 0\" TERM; "
+                "sleep 300 & wait']\n");
+  auto alice = [&](const std::string& args) {
+    return Sh("ip netns exec " + Ns("a") + " " + FedctlBin() + " --gateway 127.0.0.1:7443 --tls-dir " +
+              dir_ / "alice" + " -o json " + args);
+  };
+  auto job = [&](const std::string& id) {
+    v1::GetJobResponse resp;
+    google::protobuf::util::JsonParseOptions lax;
+    lax.ignore_unknown_fields = true;
+    (void)google::protobuf::util::JsonStringToMessage(alice("jobs get " + id).out, &resp, lax);
+    return resp.job();
+  };
+  auto sites_of = [](const v1::Job& j) {
+    std::set<std::string> out;
+    for (const auto& s : j.run().sites()) out.insert(s.site());
+    return out;
+  };
+  auto sub = alice("jobs submit -f " + dir_ / "job.yaml");
+  ASSERT_EQ(sub.exit_code, 0) << sub.err;
+  v1::SubmitJobResponse submitted;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(sub.out, &submitted).ok()) << sub.out;
+  const std::string id = submitted.job().id();
+  // The fastest pair, a-b (400 Mbit/s).
+  ASSERT_TRUE(Eventually([&] { return job(id).state() == v1::Job::RUNNING; }, 30000, 200))
+      << job(id).reason();
+  ASSERT_EQ(sites_of(job(id)), (std::set<std::string>{"site-a", "site-b"}));
+  ASSERT_EQ(job(id).attempt(), 1u);
+
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
+  const auto cut = Clock::now();
+  MustSh("ip -n " + Ns("a") + " link set " + prefix_ + "ab down");
+  double detect_a = -1, detect_b = -1, replaced = -1;
+  const bool re_placed = Eventually(
+      [&] {
+        if (detect_a < 0 && peer_state("a", "b") == "down") detect_a = since(cut);
+        if (detect_b < 0 && peer_state("b", "a") == "down") detect_b = since(cut);
+        const v1::Job j = job(id);
+        if (replaced < 0 && j.state() == v1::Job::RUNNING && j.attempt() >= 2) replaced = since(cut);
+        return detect_a >= 0 && detect_b >= 0 && replaced >= 0;
+      },
+      60000, 100);
+  std::printf("[ measure ] partition a-b: detected at a %.2f s, at b %.2f s; job running again "
+              "(attempt %u on %zu site(s)) %.2f s after the cut\n",
+              detect_a, detect_b, job(id).attempt(), sites_of(job(id)).size(), replaced);
+  ASSERT_TRUE(re_placed) << job(id).reason() << ReadText(dir_ / "site-a/fedgate.log");
+  EXPECT_LT(replaced, 15.0) << "target: re-placed within 15 s with the default lease";
+  EXPECT_EQ(sites_of(job(id)), (std::set<std::string>{"site-a", "site-c"})) << job(id).reason();
+  // b stops its slice when the lease lapses: its GPUs come back.
+  EXPECT_TRUE(Eventually(
+      [&] {
+        auto r = Fedctl("b", "capacity -o json");
+        return r.out.find("\"site\":\"site-b\"") != std::string::npos &&
+               r.out.find("\"free_gpus\":4") != std::string::npos;
+      },
+      20000, 200))
+      << ReadText(dir_ / "site-b/fedgate.log");
+
+  const auto heal = Clock::now();
+  MustSh("ip -n " + Ns("a") + " link set " + prefix_ + "ab up");
+  ASSERT_TRUE(Eventually(all_up, 30000, 100)) << ReadText(dir_ / "site-a/fedgate.log");
+  std::printf("[ measure ] partition healed: every peer up again %.2f s after the link came back\n",
+              since(heal));
+  (void)alice("jobs cancel " + id);
+  ASSERT_TRUE(Eventually([&] { return job(id).state() == v1::Job::CANCELLED; }, 20000, 200));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the ranks log their end
+
+  // No GPU served two attempts at once: per (site, GPU), attempts' [start,
+  // end] intervals do not overlap; a rank still running counts to +inf.
+  std::map<std::pair<std::string, std::string>, std::vector<std::pair<double, double>>> spans;
+  for (const auto& f : std::filesystem::directory_iterator(marks)) {
+    std::istringstream in(ReadText(f.path()));
+    std::string site, gpu, what;
+    unsigned attempt = 0;
+    double t = 0, start = -1, end = 1e18;
+    while (in >> site >> gpu >> attempt >> what >> t) (what == "start" ? start : end) = t;
+    ASSERT_GE(start, 0) << f.path();
+    spans[{site, gpu}].push_back({start, end});
+  }
+  EXPECT_GE(spans.size(), 8u) << "ranks of both attempts logged";
+  for (auto& [key, list] : spans) {
+    std::sort(list.begin(), list.end());
+    for (size_t i = 1; i < list.size(); ++i) {
+      EXPECT_LE(list[i - 1].second, list[i].first)
+          << "GPU " << key.second << " of " << key.first << " served two attempts at once";
+    }
+  }
+  std::filesystem::remove_all(marks);
 }
 
 }  // namespace
