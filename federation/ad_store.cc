@@ -72,6 +72,11 @@ AdVerdict AdStore::Offer(const v1::CapacityAd& ad, std::string_view via,
   return AdVerdict::kAccepted;
 }
 
+bool AdStore::IsNewer(std::string_view origin, const AdVersion& version) const {
+  auto hw = high_water_.find(origin);
+  return hw == high_water_.end() || version > hw->second;
+}
+
 void AdStore::Publish(const v1::CapacityAd& ad, const v1::SignedAd& signed_ad) {
   high_water_[ad.origin()] = VersionOf(ad);
   ads_[ad.origin()] = StoredAd{ad, clock_->NowMs(), "", signed_ad};

@@ -44,6 +44,8 @@ GatewayCore::GatewayCore(const Config& config, const federation::Clock* clock, S
                      "bad_certificate, untrusted_certificate, not_a_gateway, origin_mismatch, "
                      "bad_signature, revoked, invalid, future, foreign_link, seq_out_of_range.");
   metrics_->Describe("fedgate_ads_expired_total", "counter", "Ads dropped past their TTL.");
+  metrics_->Describe("fedgate_ads_sent_bytes_total", "counter",
+                     "Bytes of Advertise requests this gateway pushed to its peers.");
   metrics_->Describe("fedgate_ads_issued_total", "counter", "Ads this site issued.");
   metrics_->Describe("fedgate_peers_up", "gauge", "Approved peers heard within the window.");
   metrics_->Describe("fedgate_peers_approved", "gauge", "Approved peers.");
@@ -190,12 +192,27 @@ absl::StatusOr<v1::AdvertiseResponse> GatewayCore::Advertise(const Identity& cal
     resp.set_rejected(resp.rejected() + 1);
     spdlog::warn("ad from peer {} refused ({}): {}", caller.site, reason, detail);
   };
-  // Signatures are checked before the lock: they cost the most.
+  // Signatures are checked outside the lock: they cost the most. An ad
+  // that is no news (each arrives from every neighbour) is dropped as stale
+  // without one: it could change nothing.
   std::vector<std::pair<v1::CapacityAd, const v1::SignedAd*>> offered;
   for (const auto& s : req.signed_ads()) {
+    v1::CapacityAd peek;
+    if (peek.ParseFromString(s.ad()) && !peek.origin().empty()) {
+      const bool own = peek.origin() == config_.site;
+      bool newer = false;
+      if (!own) {
+        std::lock_guard lock(mu_);
+        newer = ads_.IsNewer(peek.origin(), federation::VersionOf(peek));
+      }
+      if (!newer) {
+        metrics_->Inc("fedgate_ads_received_total", {{"result", own ? "own_origin" : "stale"}});
+        resp.set_rejected(resp.rejected() + 1);
+        continue;
+      }
+    }
     if (ad_authority_ == nullptr) {
-      v1::CapacityAd ad;
-      if (ad.ParseFromString(s.ad())) offered.emplace_back(std::move(ad), &s);
+      if (!peek.origin().empty()) offered.emplace_back(std::move(peek), &s);
       continue;
     }
     AdRefusal why;
@@ -621,7 +638,8 @@ std::vector<federation::StoredAd> GatewayCore::Pending(
   return ads_.Pending(peer, sent);
 }
 
-void GatewayCore::RecordPush(const std::string& peer, double rtt_ms) {
+void GatewayCore::RecordPush(const std::string& peer, double rtt_ms, size_t bytes) {
+  metrics_->Inc("fedgate_ads_sent_bytes_total", {}, static_cast<double>(bytes));
   std::lock_guard lock(mu_);
   peers_.RecordPush(peer, rtt_ms);
 }

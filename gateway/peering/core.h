@@ -100,7 +100,7 @@ class GatewayCore {
   // Ads `peer` has not been sent (as their origins signed them, where they did).
   std::vector<federation::StoredAd> Pending(const std::string& peer,
                                             const std::map<std::string, federation::AdVersion>& sent);
-  void RecordPush(const std::string& peer, double rtt_ms);
+  void RecordPush(const std::string& peer, double rtt_ms, size_t bytes = 0);
   void RecordError(const std::string& peer, const std::string& error);
   // Blocks until the ad version moves past `seen`, `deadline_ms` (wall clock)
   // passes, or `wake()` returns true; returns the current version.

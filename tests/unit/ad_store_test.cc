@@ -145,6 +145,10 @@ TEST_F(AdStoreTest, ANewIncarnationWinsOverAnyEarlierSeq) {
   fresh.set_incarnation(static_cast<uint64_t>(t));
   EXPECT_EQ(store_.Offer(fresh, "cn-shanghai"), AdVerdict::kAccepted);
   EXPECT_EQ(store_.Offer(old, "cn-shenzhen"), AdVerdict::kStale) << "the old incarnation is over";
+  EXPECT_FALSE(store_.IsNewer("cn-shanghai", VersionOf(old)));
+  EXPECT_FALSE(store_.IsNewer("cn-shanghai", VersionOf(fresh)));
+  EXPECT_TRUE(store_.IsNewer("cn-shanghai", {fresh.incarnation(), 2}));
+  EXPECT_TRUE(store_.IsNewer("cn-wuhan", {0, 1})) << "an origin never seen";
   auto ahead = Ad("cn-shanghai", 2, t);
   ahead.set_incarnation(static_cast<uint64_t>(t + 3'600'000));
   EXPECT_EQ(store_.Offer(ahead, "cn-shanghai"), AdVerdict::kFuture);
