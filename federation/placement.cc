@@ -168,22 +168,30 @@ PlacementResult Place(const JobRequest& job, const std::vector<SiteOffer>& offer
       std::stable_sort(seeds.begin(), seeds.end(),
                        [&](int a, int b) { return eligible[a].free > eligible[b].free; });
       seeds.resize(std::min<size_t>(seeds.size(), kGreedySeeds));
+      // Each candidate's bottleneck to the chosen set is kept up to date as
+      // sites join, so a step looks up one link per candidate (at a thousand
+      // sites the lookups are the cost; seeds share many, hence the memo).
+      auto direct = [&](int a, int b) { return pair(a, b); };
+      std::vector<double> reach(n);
+      std::vector<char> usable(n);
       for (int seed : seeds) {
         std::vector<int> idx = {seed};
-        std::vector<bool> in(n, false);
-        in[seed] = true;
+        std::fill(reach.begin(), reach.end(), std::numeric_limits<double>::infinity());
+        std::fill(usable.begin(), usable.end(), 1);
+        usable[seed] = 0;
+        int added = seed;
         while (static_cast<int>(idx.size()) < k) {
           int pick = -1;
           double pick_bw = -1;
           for (int c = 0; c < n; ++c) {
-            if (in[c]) continue;
-            double m = std::numeric_limits<double>::infinity();
-            bool ok = true;
-            for (int i : idx) {
-              ok = ok && link_ok_of(i, c);
-              m = std::min(m, bw_of(i, c));
+            if (!usable[c]) continue;
+            const auto [g, ok] = direct(added, c);
+            if (!ok) {
+              usable[c] = 0;
+              continue;
             }
-            if (!ok) continue;
+            reach[c] = std::min(reach[c], g);
+            const double m = reach[c];
             if (m > pick_bw || (m == pick_bw && eligible[c].free > eligible[pick].free)) {
               pick = c;
               pick_bw = m;
@@ -191,7 +199,8 @@ PlacementResult Place(const JobRequest& job, const std::vector<SiteOffer>& offer
           }
           if (pick < 0) break;
           idx.push_back(pick);
-          in[pick] = true;
+          usable[pick] = 0;
+          added = pick;
         }
         if (static_cast<int>(idx.size()) != k) continue;
         if (auto c = evaluate(idx); c && (!best || CandidateBetter(*c, *best))) best = c;
