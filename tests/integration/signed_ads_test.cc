@@ -5,6 +5,7 @@
 // (which does not peer with c), are still accepted.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 
@@ -192,6 +193,34 @@ TEST_F(SignedAdsTest, AGenuineRelayedAdIsAcceptedWithItsOriginsSignature) {
   auto resp = Send(req);
   EXPECT_EQ(resp.accepted(), 1u);
   EXPECT_EQ(View()["site-c"].substr(0, 3), "3/4");
+}
+
+// During an upgrade: a peer that does not announce "ads.signed.v1" is
+// refused at the handshake with a reason that says what to do.
+TEST_F(SignedAdsTest, APeerThatDoesNotSignIsRefusedAtTheHandshake) {
+  auto stub = v1::PeerService::NewStub(TlsChannel(fed_.endpoint("site-a"), ca_.Gateway("site-b")));
+  auto handshake = [&](std::vector<std::string> caps) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::HandshakeRequest req;
+    req.set_site("site-b");
+    req.set_version("0.0.9");
+    for (const auto& c : caps) req.add_capabilities(c);
+    v1::HandshakeResponse resp;
+    auto st = stub->Handshake(&ctx, req, &resp);
+    return std::make_pair(st, resp);
+  };
+  auto [old_st, old_resp] = handshake({"ads.v1"});
+  EXPECT_EQ(old_st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(old_st.error_message().find("requires signed ads"), std::string::npos)
+      << old_st.error_message();
+  EXPECT_NE(old_st.error_message().find("advertise.require_signed: false"), std::string::npos);
+  auto [new_st, new_resp] = handshake({"ads.v1", "ads.signed.v1"});
+  ASSERT_TRUE(new_st.ok()) << new_st.error_message();
+  EXPECT_EQ(new_resp.site(), "site-a");
+  EXPECT_NE(std::find(new_resp.capabilities().begin(), new_resp.capabilities().end(),
+                      "ads.signed.v1"),
+            new_resp.capabilities().end());
 }
 
 }  // namespace
