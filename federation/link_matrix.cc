@@ -9,6 +9,7 @@ void LinkMatrix::Merge(const v1::Link& link) {
   auto it = links_.find(key);
   if (it == links_.end() || it->second.measured_at_unix_ms() < link.measured_at_unix_ms()) {
     links_[key] = link;
+    index_[link.from()][link.to()] = {link.gbps(), link.measured_at_unix_ms()};
   }
 }
 
@@ -26,12 +27,22 @@ std::optional<v1::Link> LinkMatrix::Get(const std::string& from, const std::stri
 
 std::optional<double> LinkMatrix::PairGbps(const std::string& a, const std::string& b,
                                            int64_t now_ms) const {
-  auto ab = Get(a, b, now_ms);
-  auto ba = Get(b, a, now_ms);
-  if (ab && ba) return std::min(ab->gbps(), ba->gbps());
-  if (ab) return ab->gbps();
-  if (ba) return ba->gbps();
-  return std::nullopt;
+  // Placement asks this for every pair it weighs (tens of thousands at a
+  // thousand sites): hash lookups, no copies.
+  auto find = [&](const std::string& from, const std::string& to) -> std::optional<double> {
+    auto row = index_.find(from);
+    if (row == index_.end()) return std::nullopt;
+    auto cell = row->second.find(to);
+    if (cell == row->second.end() || now_ms - cell->second.measured_at_ms > max_age_ms_) {
+      return std::nullopt;
+    }
+    return cell->second.gbps;
+  };
+  auto ab = find(a, b);
+  auto ba = find(b, a);
+  if (ab && ba) return std::min(*ab, *ba);
+  if (ab) return ab;
+  return ba;
 }
 
 std::vector<v1::Link> LinkMatrix::All(int64_t now_ms) const {

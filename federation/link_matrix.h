@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -35,6 +36,12 @@ class LinkMatrix {
  private:
   int64_t max_age_ms_;
   std::map<std::pair<std::string, std::string>, v1::Link> links_;
+  struct Measured {
+    double gbps = 0;
+    int64_t measured_at_ms = 0;
+  };
+  // from -> to -> the newest measurement: what PairGbps reads.
+  std::unordered_map<std::string, std::unordered_map<std::string, Measured>> index_;
 };
 
 }  // namespace fedgate::federation
