@@ -154,6 +154,7 @@ struct RestServer::Impl {
   std::atomic<int> active{0};
   int port = 0;
   Deadlines deadlines;
+  std::unique_ptr<RevocationList> crl;
 
   std::string TlsStamp() const {
     return StrCat(FileStamp(config.tls_ca), ";", FileStamp(config.tls_cert), ";",
@@ -276,6 +277,8 @@ struct RestServer::Impl {
     std::string pem(data, static_cast<size_t>(len));
     BIO_free(bio);
     X509_free(cert);
+    // A keep-alive connection opened before a revocation is cut here.
+    if (auto st = crl->Check(pem); !st.ok()) return st;
     auto id = IdentityFromCertPem(pem);
     if (!id.ok()) {
       return absl::UnauthenticatedError(StrCat("client certificate refused: ", id.status().message()));
@@ -338,6 +341,7 @@ absl::StatusOr<std::unique_ptr<RestServer>> RestServer::Start(const Config& conf
   im.jobs = jobs;
   im.metrics = metrics;
   boost::system::error_code ec;
+  im.crl = std::make_unique<RevocationList>(config.tls_crl);
   im.tls_stamp = im.TlsStamp();
   auto tls = MakeTlsContext(config);
   if (!tls.ok()) return tls.status();

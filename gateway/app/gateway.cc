@@ -91,6 +91,7 @@ absl::Status Gateway::Start() {
                                                     config_.tls_key, config_.federation,
                                                     config_.tls_crl);
   core_->SetAdAuthority(ad_authority_.get());
+  core_->SetRevocation(std::make_shared<RevocationList>(config_.tls_crl));
   if (auto st = core_->Init(); !st.ok()) return st;
   participant_ = std::make_unique<Participant>(config_, clock_.get(), store_.get());
   {
@@ -160,7 +161,7 @@ absl::Status Gateway::Start() {
   authz_ = std::make_unique<Authorizer>(
       config_.federation, config_.site,
       [core = core_.get()](std::string_view site) { return core->IsApprovedPeer(site); },
-      metrics_.get(), config_.accept_jobs_from_federation);
+      metrics_.get(), config_.accept_jobs_from_federation, core_->revocation());
   const unsigned reload_s =
       static_cast<unsigned>(std::max<int64_t>(1, config_.tls_reload_interval_ms / 1000));
   client_certs_ = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
@@ -338,7 +339,7 @@ absl::Status Gateway::Start() {
   builder.AddListeningPort(
       config_.listen_grpc,
       MakeServerCredentials(config_.tls_ca, config_.tls_cert, config_.tls_key, reload_s,
-                            std::make_shared<RevocationList>(config_.tls_crl)),
+                            core_->revocation()),
       &grpc_port_);
   // Port clashes must fail loudly, not be shared.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);

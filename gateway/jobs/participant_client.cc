@@ -57,7 +57,7 @@ std::shared_ptr<v1::PeerService::Stub> ParticipantClient::Stub(const std::string
   if (!slot.second || slot.first != endpoint) {
     slot = {endpoint, std::shared_ptr<v1::PeerService::Stub>(v1::PeerService::NewStub(
                           DialPeerGateway(endpoint, provider_, core_->config().federation, site,
-                                          kMaxReplyBytes)))};
+                                          kMaxReplyBytes, core_->revocation())))};
   }
   return slot.second;
 }

@@ -26,6 +26,7 @@
 #include "gateway/app/config.h"
 #include "gateway/security/ad_signing.h"
 #include "gateway/security/identity.h"
+#include "gateway/security/revocation.h"
 
 namespace fedgate::gateway {
 
@@ -125,6 +126,9 @@ class GatewayCore {
   // without one, as in tests of the core alone, ads travel unsigned).
   void SetAdAuthority(AdAuthority* authority) { ad_authority_ = authority; }
   bool signs_ads() const { return ad_authority_ != nullptr; }
+  // tls.crl, for dialling peers (their server certificates are checked too).
+  void SetRevocation(std::shared_ptr<RevocationList> crl) { revocation_ = std::move(crl); }
+  std::shared_ptr<RevocationList> revocation() const { return revocation_; }
   // Called (without the lock held) whenever the approved peer set changes.
   void SetPeersChangedHook(std::function<void()> hook) { peers_changed_ = std::move(hook); }
 
@@ -151,6 +155,7 @@ class GatewayCore {
   uint64_t seq_ = 0;
   uint64_t incarnation_ = 0;  // this start's, from Init
   AdAuthority* ad_authority_ = nullptr;
+  std::shared_ptr<RevocationList> revocation_;
   std::map<std::string, v1::Link> own_links_;  // by destination site
   std::function<void()> peers_changed_;
   std::function<std::map<std::string, uint32_t>()> free_fn_;

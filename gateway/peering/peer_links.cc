@@ -80,7 +80,8 @@ void PeerLinks::Run(Link* link) {
   // One channel for the link's life: gRPC reconnects it (DefaultChannelArgs
   // bounds the backoff and gives each connection attempt a real deadline).
   auto stub = v1::PeerService::NewStub(
-      DialPeerGateway(link->endpoint, provider_, cfg.federation, link->site));
+      DialPeerGateway(link->endpoint, provider_, cfg.federation, link->site, 0,
+                      core_->revocation()));
 
   const int64_t interval = cfg.advertise_interval_ms;
   const int64_t rpc_timeout = std::clamp<int64_t>(2 * interval, 500, 5000);

@@ -126,7 +126,8 @@ absl::StatusOr<v1::Link> Prober::Probe(const std::string& site) {
   if (endpoint.empty()) {
     return absl::NotFoundError(StrCat("\"", site, "\" is not an approved peer"));
   }
-  auto stub = v1::PeerService::NewStub(DialPeerGateway(endpoint, provider_, cfg.federation, site));
+  auto stub = v1::PeerService::NewStub(DialPeerGateway(endpoint, provider_, cfg.federation, site, 0,
+                                                                core_->revocation()));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   v1::OpenBenchRequest req;

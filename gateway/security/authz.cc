@@ -51,12 +51,13 @@ absl::Status Decide(const Identity& caller, RpcClass cls, std::string_view feder
 
 Authorizer::Authorizer(std::string federation, std::string site,
                        std::function<bool(std::string_view)> is_approved_peer, Metrics* metrics,
-                       bool federation_jobs)
+                       bool federation_jobs, std::shared_ptr<RevocationList> crl)
     : federation_(std::move(federation)),
       site_(std::move(site)),
       approved_(std::move(is_approved_peer)),
       metrics_(metrics),
-      federation_jobs_(federation_jobs) {}
+      federation_jobs_(federation_jobs),
+      crl_(std::move(crl)) {}
 
 absl::StatusOr<Identity> Authorizer::Authorize(const grpc::AuthContext& ctx, RpcClass cls,
                                                std::string_view method) const {
@@ -72,7 +73,11 @@ absl::StatusOr<Identity> Authorizer::Authorize(const grpc::AuthContext& ctx, Rpc
   if (pems.empty()) {
     return refuse(absl::UnauthenticatedError("no client certificate"), "no_certificate");
   }
-  auto id = CachedIdentity(std::string(pems[0].data(), pems[0].size()));
+  const std::string pem(pems[0].data(), pems[0].size());
+  if (crl_ != nullptr) {
+    if (auto st = crl_->Check(pem); !st.ok()) return refuse(st, "revoked");
+  }
+  auto id = CachedIdentity(pem);
   if (!id.ok()) {
     return refuse(absl::UnauthenticatedError(fedgate::StrCat("client certificate refused: ",
                                                           id.status().message())),

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "gateway/security/identity.h"
+#include "gateway/security/revocation.h"
 
 namespace fedgate::gateway {
 
@@ -32,9 +33,11 @@ absl::Status Decide(const Identity& caller, RpcClass cls, std::string_view feder
 
 class Authorizer {
  public:
+  // With `crl`, every call of a revoked certificate is refused, also on a
+  // connection that was open before the revocation.
   Authorizer(std::string federation, std::string site,
              std::function<bool(std::string_view)> is_approved_peer, Metrics* metrics,
-             bool federation_jobs = false);
+             bool federation_jobs = false, std::shared_ptr<RevocationList> crl = nullptr);
 
   // The caller's identity if it may call `method` of class `cls`, else
   // PERMISSION_DENIED (UNAUTHENTICATED when the certificate has no usable
@@ -48,6 +51,7 @@ class Authorizer {
   std::function<bool(std::string_view)> approved_;
   Metrics* metrics_;
   bool federation_jobs_;
+  std::shared_ptr<RevocationList> crl_;
   // Identities of recently seen certificates, by their exact PEM: parsing
   // X.509 on every call cost more CPU than the rest of a submit. The
   // handshake has verified the chain; the identity is a pure function of the

@@ -81,6 +81,7 @@ void RevocationList::ReloadLocked() {
   stamp_ = std::move(stamp);
   error_.clear();
   crls_->list = std::move(crls);
+  answers_.clear();
   spdlog::info("tls.crl: loaded {} CRL(s) from {}", crls_->list.size(), path_);
 }
 
@@ -92,6 +93,22 @@ std::string RevocationList::error() {
 
 absl::Status RevocationList::Check(std::string_view cert_pem) {
   if (path_.empty()) return absl::OkStatus();
+  {
+    // Every call of a long-lived connection asks again: remember answers
+    // until the CRL changes.
+    std::lock_guard lock(mu_);
+    ReloadLocked();
+    auto it = answers_.find(std::string(cert_pem));
+    if (it != answers_.end()) return it->second;
+  }
+  absl::Status st = CheckUncached(cert_pem);
+  std::lock_guard lock(mu_);
+  if (answers_.size() >= 1024) answers_.clear();
+  answers_.emplace(std::string(cert_pem), st);
+  return st;
+}
+
+absl::Status RevocationList::CheckUncached(std::string_view cert_pem) {
   BIO* bio = BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size()));
   X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
   BIO_free(bio);

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 
 #include "absl/status/status.h"
 
@@ -28,6 +29,7 @@ class RevocationList {
 
  private:
   void ReloadLocked();
+  absl::Status CheckUncached(std::string_view cert_pem);
   struct Crls;
 
   const std::string path_;
@@ -36,6 +38,7 @@ class RevocationList {
   std::string stamp_;
   std::string error_;
   std::unique_ptr<Crls> crls_;
+  std::unordered_map<std::string, absl::Status> answers_;  // by certificate PEM
 };
 
 // Adds every CRL of `crl_pem` to `store` and has it check leaves against

@@ -12,10 +12,19 @@ namespace gx = grpc::experimental;
 
 class ServerIdentityVerifier final : public gx::ExternalCertificateVerifier {
  public:
-  explicit ServerIdentityVerifier(ServerCheck check) : check_(std::move(check)) {}
+  ServerIdentityVerifier(ServerCheck check, std::shared_ptr<RevocationList> crl)
+      : check_(std::move(check)), crl_(std::move(crl)) {}
 
   bool Verify(gx::TlsCustomVerificationCheckRequest* request,
               std::function<void(grpc::Status)> /*callback*/, grpc::Status* sync_status) override {
+    if (crl_ != nullptr) {
+      const auto pem = request->peer_cert();
+      if (auto st = crl_->Check(std::string_view(pem.data(), pem.size())); !st.ok()) {
+        *sync_status = grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                                    fedgate::StrCat("server refused: ", st.message()));
+        return true;
+      }
+    }
     auto uris = request->uri_names();
     if (uris.size() != 1) {
       *sync_status = grpc::Status(
@@ -34,6 +43,7 @@ class ServerIdentityVerifier final : public gx::ExternalCertificateVerifier {
 
  private:
   ServerCheck check_;
+  std::shared_ptr<RevocationList> crl_;
 };
 
 // The chain was verified by TLS; this refuses revoked client certificates
@@ -80,7 +90,8 @@ std::shared_ptr<grpc::ServerCredentials> MakeServerCredentials(const std::string
 }
 
 std::shared_ptr<grpc::ChannelCredentials> MakeChannelCredentials(
-    std::shared_ptr<gx::CertificateProviderInterface> provider, ServerCheck check) {
+    std::shared_ptr<gx::CertificateProviderInterface> provider, ServerCheck check,
+    std::shared_ptr<RevocationList> crl) {
   gx::TlsChannelCredentialsOptions opts;
   opts.set_certificate_provider(std::move(provider));
   opts.watch_root_certs();
@@ -88,21 +99,25 @@ std::shared_ptr<grpc::ChannelCredentials> MakeChannelCredentials(
   opts.set_verify_server_certs(true);
   opts.set_check_call_host(false);
   opts.set_certificate_verifier(
-      gx::ExternalCertificateVerifier::Create<ServerIdentityVerifier>(std::move(check)));
+      gx::ExternalCertificateVerifier::Create<ServerIdentityVerifier>(std::move(check),
+                                                                      std::move(crl)));
   return grpc::experimental::TlsCredentials(opts);
 }
 
 std::shared_ptr<grpc::ChannelCredentials> MakePeerGatewayCredentials(
     std::shared_ptr<gx::CertificateProviderInterface> provider, const std::string& federation,
-    const std::string& site) {
+    const std::string& site, std::shared_ptr<RevocationList> crl) {
   const std::string expected = Identity{federation, Role::kGateway, site, "", ""}.ToUri();
-  return MakeChannelCredentials(std::move(provider), [expected](const Identity& id) {
-    if (id.ToUri() != expected) {
-      return absl::PermissionDeniedError(
-          fedgate::StrCat("want ", expected, ", got ", id.ToUri()));
-    }
-    return absl::OkStatus();
-  });
+  return MakeChannelCredentials(
+      std::move(provider),
+      [expected](const Identity& id) {
+        if (id.ToUri() != expected) {
+          return absl::PermissionDeniedError(
+              fedgate::StrCat("want ", expected, ", got ", id.ToUri()));
+        }
+        return absl::OkStatus();
+      },
+      std::move(crl));
 }
 
 std::shared_ptr<gx::CertificateProviderInterface> MakeStaticProvider(const std::string& ca_pem,
@@ -140,11 +155,13 @@ std::shared_ptr<grpc::Channel> DialGateway(
 std::shared_ptr<grpc::Channel> DialPeerGateway(
     const std::string& endpoint,
     std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider,
-    const std::string& federation, const std::string& site, int max_reply_bytes) {
+    const std::string& federation, const std::string& site, int max_reply_bytes,
+    std::shared_ptr<RevocationList> crl) {
   auto args = DefaultChannelArgs();
   if (max_reply_bytes > 0) args.SetMaxReceiveMessageSize(max_reply_bytes);
   return grpc::CreateCustomChannel(
-      endpoint, MakePeerGatewayCredentials(std::move(provider), federation, site), args);
+      endpoint, MakePeerGatewayCredentials(std::move(provider), federation, site, std::move(crl)),
+      args);
 }
 
 }  // namespace fedgate::gateway

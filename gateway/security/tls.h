@@ -26,15 +26,17 @@ using ServerCheck = std::function<absl::Status(const Identity&)>;
 
 // Client credentials over a certificate provider (file-watching or static);
 // the handshake fails unless the server's certificate carries exactly one URI
-// SAN that `check` accepts.
+// SAN that `check` accepts and, with `crl`, is not revoked.
 std::shared_ptr<grpc::ChannelCredentials> MakeChannelCredentials(
-    std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider, ServerCheck check);
+    std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider, ServerCheck check,
+    std::shared_ptr<RevocationList> crl = nullptr);
 
 // Credentials for dialing a peer: the server must be exactly the gateway of
 // `site` in `federation`.
 std::shared_ptr<grpc::ChannelCredentials> MakePeerGatewayCredentials(
     std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider,
-    const std::string& federation, const std::string& site);
+    const std::string& federation, const std::string& site,
+    std::shared_ptr<RevocationList> crl = nullptr);
 
 std::shared_ptr<grpc::experimental::CertificateProviderInterface> MakeStaticProvider(
     const std::string& ca_pem, const std::string& cert_pem, const std::string& key_pem);
@@ -53,6 +55,7 @@ std::shared_ptr<grpc::Channel> DialGateway(
 std::shared_ptr<grpc::Channel> DialPeerGateway(
     const std::string& endpoint,
     std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider,
-    const std::string& federation, const std::string& site, int max_reply_bytes = 0);
+    const std::string& federation, const std::string& site, int max_reply_bytes = 0,
+    std::shared_ptr<RevocationList> crl = nullptr);
 
 }  // namespace fedgate::gateway

@@ -118,6 +118,17 @@ TEST_F(RevocationTest, RevokedCertificatesAreRefusedAfterTheCrlReloadWithoutARes
   ASSERT_EQ(Curl("alice", "/v1/jobs"), 200);
   ASSERT_EQ(Fedctl("ops", {"peers", "list"}).exit_code, 0);
   ASSERT_TRUE(Advertise("peer").ok());
+  // A connection opened before the revocation, and kept.
+  auto kept = v1::PeerService::NewStub(TlsChannel(fed_.endpoint("cn-beijing"), Files("peer")));
+  auto call_kept = [&] {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::AdvertiseRequest req;
+    req.set_site("cn-shanghai");
+    v1::AdvertiseResponse resp;
+    return kept->Advertise(&ctx, req, &resp);
+  };
+  ASSERT_TRUE(call_kept().ok());
   const double handled = Metric(fed_.ops_port("cn-beijing"), kHandled);
 
   Revoke("alice");
@@ -131,6 +142,9 @@ TEST_F(RevocationTest, RevokedCertificatesAreRefusedAfterTheCrlReloadWithoutARes
   auto peer = Advertise("peer");
   EXPECT_FALSE(peer.ok());
   EXPECT_EQ(peer.error_code(), grpc::StatusCode::UNAVAILABLE) << peer.error_message();
+  auto on_kept = call_kept();
+  EXPECT_EQ(on_kept.error_code(), grpc::StatusCode::UNAUTHENTICATED) << on_kept.error_message();
+  EXPECT_NE(on_kept.error_message().find("revoked"), std::string::npos) << on_kept.error_message();
   EXPECT_EQ(Metric(fed_.ops_port("cn-beijing"), kHandled), handled) << "the handler never ran";
   // An ad its revoked origin signed, relayed by a peer in good standing.
   v1::CapacityAd ad;
