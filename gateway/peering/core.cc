@@ -1,4 +1,5 @@
 #include "gateway/peering/core.h"
+#include "base/host_port.h"
 
 #include <algorithm>
 
@@ -22,6 +23,15 @@ constexpr const char* kTenantHomesKey = "tenant_homes";
 constexpr const char* kSeqKey = "ad_seq";
 constexpr const char* kIncarnationKey = "ad_incarnation";
 constexpr const char* kSignedAdsCapability = "ads.signed.v1";
+
+// advertise.endpoint, else listen.grpc unless that is a wildcard address
+// nobody can dial ("": the site cannot be reached beyond its peers).
+std::string AdvertisedEndpoint(const Config& c) {
+  if (!c.advertise_endpoint.empty()) return c.advertise_endpoint;
+  const auto [host, port] = SplitHostPort(c.listen_grpc);
+  if (host.empty() || host == "0.0.0.0" || host == "::" || host == "[::]" || host == "*") return "";
+  return c.listen_grpc;
+}
 
 int64_t DownAfterMs(const Config& c) {
   return federation::kMissedIntervalsForDown * c.advertise_interval_ms;
@@ -103,6 +113,11 @@ absl::Status GatewayCore::Init() {
   const uint64_t last = inc->has_value() ? std::stoull(**inc) : 0;
   incarnation_ = std::max<uint64_t>(last + 1, static_cast<uint64_t>(clock_->NowMs()));
   if (auto st = store_->PutKv(kIncarnationKey, std::to_string(incarnation_)); !st.ok()) return st;
+  if (config_.accept_jobs_from_federation && AdvertisedEndpoint(config_).empty()) {
+    spdlog::warn("accept_jobs_from: federation, but listen.grpc {} is a wildcard address: set "
+                 "advertise.endpoint so that sites other than the peers can dial this one",
+                 config_.listen_grpc);
+  }
   auto homes = store_->GetKv(kTenantHomesKey);
   if (!homes.ok()) return homes.status();
   v1::QuotasResponse known;
@@ -391,8 +406,7 @@ void GatewayCore::Withdraw() {
 void GatewayCore::PublishLocked(v1::CapacityAd ad) {
   ad.set_incarnation(incarnation_);
   ad.set_accepts_federation_jobs(config_.accept_jobs_from_federation);
-  ad.set_endpoint(config_.advertise_endpoint.empty() ? config_.listen_grpc
-                                                     : config_.advertise_endpoint);
+  ad.set_endpoint(AdvertisedEndpoint(config_));
   v1::SignedAd signed_ad;
   if (ad_authority_ != nullptr) {
     auto s = ad_authority_->Sign(ad);
