@@ -113,6 +113,12 @@ class Deadlines {
     std::lock_guard lock(mu_);
     due_.erase(fd);
   }
+  // Shutting down: every connection's time is up now.
+  void ExpireAll() {
+    std::lock_guard lock(mu_);
+    for (auto& [fd, due] : due_) due = std::chrono::steady_clock::time_point::min();
+    cv_.notify_all();
+  }
 
  private:
   void Run() {
@@ -382,8 +388,9 @@ void RestServer::Stop() {
   ::shutdown(impl_->acceptor.native_handle(), SHUT_RDWR);
   impl_->acceptor.close(ec);
   if (impl_->accept_thread.joinable()) impl_->accept_thread.join();
-  // Connections time out within seconds; wait for them before the job
+  // Open connections are cut; wait for their threads before the job
   // manager they use goes away.
+  impl_->deadlines.ExpireAll();
   for (int i = 0; i < 100 && impl_->active.load() > 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }

@@ -370,7 +370,7 @@ void Participant::LoadQuotas() {
 // Only a commit must be durable before it answers: a prepared hold lost in
 // a crash makes its commit fail (the job is reserved again), and a release
 // lost in a crash only holds quota until the restored hold's lease lapses.
-// So releases are written by the next sweep, in one write.
+// So released holds' rows are deleted by the next sweep.
 static std::string QuotaHoldRow(const std::string& job_id, uint64_t epoch) {
   return StrCat(kQuotaHoldPrefix, job_id, "/", epoch);
 }
