@@ -11,22 +11,13 @@
 #include <ctime>
 
 #include "base/str_cat.h"
+#include "gateway/security/openssl_ptr.h"
 #include "gateway/security/certs.h"
 #include "gateway/security/identity.h"
 #include "gateway/security/revocation.h"
 
 namespace fedgate::gateway {
 namespace {
-
-template <typename T, void (*F)(T*)>
-struct Deleter {
-  void operator()(T* p) const { F(p); }
-};
-using KeyPtr = std::unique_ptr<EVP_PKEY, Deleter<EVP_PKEY, EVP_PKEY_free>>;
-using CertPtr = std::unique_ptr<X509, Deleter<X509, X509_free>>;
-using BioPtr = std::unique_ptr<BIO, Deleter<BIO, BIO_free_all>>;
-using MdCtxPtr = std::unique_ptr<EVP_MD_CTX, Deleter<EVP_MD_CTX, EVP_MD_CTX_free>>;
-using StoreCtxPtr = std::unique_ptr<X509_STORE_CTX, Deleter<X509_STORE_CTX, X509_STORE_CTX_free>>;
 
 constexpr size_t kMaxAdBytes = 4 << 20;
 constexpr size_t kMaxCertBytes = 16 << 10;

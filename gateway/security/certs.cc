@@ -18,18 +18,11 @@
 #include <sstream>
 
 #include "base/str_cat.h"
+#include "gateway/security/openssl_ptr.h"
 #include "absl/strings/str_join.h"
 
 namespace fedgate::gateway {
 namespace {
-
-template <typename T, void (*F)(T*)>
-struct Deleter {
-  void operator()(T* p) const { F(p); }
-};
-using KeyPtr = std::unique_ptr<EVP_PKEY, Deleter<EVP_PKEY, EVP_PKEY_free>>;
-using CertPtr = std::unique_ptr<X509, Deleter<X509, X509_free>>;
-using BioPtr = std::unique_ptr<BIO, Deleter<BIO, BIO_free_all>>;
 
 std::string OpenSslError(std::string_view what) {
   unsigned long e = ERR_get_error();
@@ -78,7 +71,7 @@ absl::StatusOr<KeyAndCert> MakeCertificate(const CertSpec& spec, const KeyAndCer
     return absl::InternalError(OpenSslError("no randomness for the serial number"));
   }
   serial_bytes[0] &= 0x7f;  // positive
-  std::unique_ptr<BIGNUM, Deleter<BIGNUM, BN_free>> bn(
+  std::unique_ptr<BIGNUM, OpenSslDeleter<BIGNUM, BN_free>> bn(
       BN_bin2bn(serial_bytes, sizeof(serial_bytes), nullptr));
   BN_to_ASN1_INTEGER(bn.get(), X509_get_serialNumber(cert.get()));
 

@@ -15,18 +15,13 @@
 #include "gateway/security/ad_signing.h"
 #include "gateway/security/certs.h"
 #include "tests/fuzz/quiet.h"
+#include "tests/fuzz/step_clock.h"
 
 namespace {
 
 using namespace fedgate;
 
-class StepClock final : public federation::Clock {
- public:
-  int64_t NowMs() const override { return now_ += 7; }
-
- private:
-  mutable int64_t now_ = 1'700'000'000'000;
-};
+using testing::StepClock;
 
 struct World {
   gateway::KeyAndCert ca, gw;
