@@ -418,6 +418,7 @@ void GatewayCore::PublishLocked(v1::CapacityAd ad) {
     }
   }
   ads_.Publish(ad, signed_ad);
+  own_seq_ = ad.seq();
 }
 
 std::vector<std::string> GatewayCore::SitesLeftOut() {

@@ -102,6 +102,8 @@ class GatewayCore {
   std::vector<federation::StoredAd> Pending(const std::string& peer,
                                             const std::map<std::string, federation::AdVersion>& sent);
   void RecordPush(const std::string& peer, double rtt_ms, size_t bytes = 0);
+  // The seq of this site's newest own ad (no lock: read inside waits).
+  uint64_t OwnSeq() const { return own_seq_.load(); }
   void RecordError(const std::string& peer, const std::string& error);
   // Blocks until the ad version moves past `seen`, `deadline_ms` (wall clock)
   // passes, or `wake()` returns true; returns the current version.
@@ -154,6 +156,7 @@ class GatewayCore {
   federation::PeerRegistry peers_;
   uint64_t seq_ = 0;
   uint64_t incarnation_ = 0;  // this start's, from Init
+  std::atomic<uint64_t> own_seq_{0};
   AdAuthority* ad_authority_ = nullptr;
   std::shared_ptr<RevocationList> revocation_;
   std::map<std::string, v1::Link> own_links_;  // by destination site

@@ -86,9 +86,9 @@ void PeerLinks::Run(Link* link) {
   const int64_t interval = cfg.advertise_interval_ms;
   const int64_t rpc_timeout = std::clamp<int64_t>(2 * interval, 500, 5000);
   const int64_t backoff_cap = std::clamp<int64_t>(2 * interval, 1000, 5000);
-  // Pushes to one peer are at least this far apart: ads that arrive close
-  // together (every origin refreshes each interval) travel in one call
-  // instead of one call each, which is most of a large mesh's CPU.
+  // Pushes of relayed ads to one peer are at least this far apart: ads that
+  // arrive close together (every origin refreshes each interval) travel in
+  // one call instead of one call each, which is most of a large mesh's CPU.
   const int64_t min_gap = std::clamp<int64_t>(interval / 10, 10, 200);
   int64_t last_push_ms = 0;
   std::mt19937 rng(std::random_device{}());
@@ -183,9 +183,17 @@ void PeerLinks::Run(Link* link) {
     }
     seen_version = core_->WaitForChange(seen_version, core_->clock()->NowMs() + interval,
                                         [&] { return link->stop.load() || link->drain.load(); });
-    if (core_->clock()->NowMs() < last_push_ms + min_gap) {
-      core_->WaitUntil(last_push_ms + min_gap,
-                       [&] { return link->stop.load() || link->drain.load(); });
+    // This site's own new ad (its capacity moved) goes at once, also while
+    // waiting: a stale view makes coordinators plan on GPUs that are gone.
+    // Relayed ads wait.
+    auto own_news = [&] {
+      auto own = sent.find(cfg.site);
+      return own == sent.end() || own->second.second < core_->OwnSeq();
+    };
+    if (!own_news() && core_->clock()->NowMs() < last_push_ms + min_gap) {
+      core_->WaitUntil(last_push_ms + min_gap, [&] {
+        return link->stop.load() || link->drain.load() || own_news();
+      });
     }
   }
 }

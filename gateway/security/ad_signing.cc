@@ -45,25 +45,37 @@ int64_t NotAfterUnix(X509* cert) {
 
 }  // namespace
 
-absl::StatusOr<v1::SignedAd> SignAd(const v1::CapacityAd& ad, std::string_view cert_pem,
-                                    std::string_view key_pem) {
+namespace {
+
+struct SigningKey {
+  KeyPtr key;
+  std::string cert_der;
+};
+
+absl::StatusOr<SigningKey> LoadSigningKey(std::string_view cert_pem, std::string_view key_pem) {
   BioPtr kb(BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size())));
   KeyPtr key(PEM_read_bio_PrivateKey(kb.get(), nullptr, nullptr, nullptr));
   if (!key) return absl::InvalidArgumentError("the gateway key is not a valid PEM private key");
   BioPtr cb(BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size())));
   CertPtr cert(PEM_read_bio_X509(cb.get(), nullptr, nullptr, nullptr));
   if (!cert) return absl::InvalidArgumentError("the gateway certificate is not valid PEM");
-  v1::SignedAd out;
-  if (!ad.SerializeToString(out.mutable_ad())) return absl::InternalError("cannot encode the ad");
   unsigned char* der = nullptr;
   const int der_len = i2d_X509(cert.get(), &der);
   if (der_len <= 0) return absl::InternalError("cannot encode the gateway certificate");
-  out.set_certificate(reinterpret_cast<const char*>(der), der_len);
+  SigningKey out{std::move(key), std::string(reinterpret_cast<const char*>(der), der_len)};
   OPENSSL_free(der);
+  return out;
+}
+
+absl::StatusOr<v1::SignedAd> SignWith(const v1::CapacityAd& ad, EVP_PKEY* key,
+                                      const std::string& cert_der) {
+  v1::SignedAd out;
+  if (!ad.SerializeToString(out.mutable_ad())) return absl::InternalError("cannot encode the ad");
+  out.set_certificate(cert_der);
   MdCtxPtr md(EVP_MD_CTX_new());
   size_t sig_len = 0;
   const auto* msg = reinterpret_cast<const unsigned char*>(out.ad().data());
-  if (EVP_DigestSignInit(md.get(), nullptr, DigestFor(key.get()), nullptr, key.get()) != 1 ||
+  if (EVP_DigestSignInit(md.get(), nullptr, DigestFor(key), nullptr, key) != 1 ||
       EVP_DigestSign(md.get(), nullptr, &sig_len, msg, out.ad().size()) != 1) {
     return absl::InternalError("cannot sign the ad with the gateway key");
   }
@@ -75,6 +87,15 @@ absl::StatusOr<v1::SignedAd> SignAd(const v1::CapacityAd& ad, std::string_view c
   sig.resize(sig_len);
   out.set_signature(std::move(sig));
   return out;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::SignedAd> SignAd(const v1::CapacityAd& ad, std::string_view cert_pem,
+                                    std::string_view key_pem) {
+  auto k = LoadSigningKey(cert_pem, key_pem);
+  if (!k.ok()) return k.status();
+  return SignWith(ad, k->key.get(), k->cert_der);
 }
 
 struct AdVerifier::Store {
@@ -201,16 +222,24 @@ void FileAdAuthority::ReloadLocked() {
   absl::StatusOr<std::string> crl = std::string();
   if (!crl_path_.empty()) crl = ReadFile(crl_path_);
   if (!ca.ok() || !cert.ok() || !key.ok() || !crl.ok()) return;  // mid-rotation: try later
+  auto loaded = LoadSigningKey(*cert, *key);
+  if (!loaded.ok()) {
+    spdlog::error("signed ads: {}", std::string(loaded.status().message()));
+    return;  // mid-rotation or broken: keep the last good key
+  }
   stamp_ = std::move(stamp);
-  cert_pem_ = std::move(*cert);
-  key_pem_ = std::move(*key);
+  signing_key_ = std::move(loaded->key);
+  cert_der_ = std::move(loaded->cert_der);
   verifier_.SetCa(std::move(*ca), std::move(*crl));
 }
 
 absl::StatusOr<v1::SignedAd> FileAdAuthority::Sign(const v1::CapacityAd& ad) {
+  // The key is parsed once per file change, not once per ad (every
+  // capacity change issues one).
   std::lock_guard lock(mu_);
   ReloadLocked();
-  return SignAd(ad, cert_pem_, key_pem_);
+  if (!signing_key_) return absl::FailedPreconditionError("no usable gateway key to sign ads with");
+  return SignWith(ad, signing_key_.get(), cert_der_);
 }
 
 absl::StatusOr<v1::CapacityAd> FileAdAuthority::Verify(const v1::SignedAd& signed_ad,

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "fedgate/v1/federation.pb.h"
+#include <openssl/evp.h>
 
 namespace fedgate::gateway {
 
@@ -82,7 +83,8 @@ class FileAdAuthority : public AdAuthority {
   std::mutex mu_;
   int64_t checked_at_ms_ = -1;
   std::string stamp_;  // sizes and mtimes of the three files
-  std::string cert_pem_, key_pem_;
+  std::shared_ptr<EVP_PKEY> signing_key_;
+  std::string cert_der_;
   AdVerifier verifier_;
 };
 
