@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "fedgate/v1/bench.pb.h"
 
 namespace fedgate::federation {
@@ -30,18 +31,31 @@ class LinkMatrix {
   // the known one otherwise, nullopt when neither is.
   std::optional<double> PairGbps(const std::string& a, const std::string& b,
                                  int64_t now_ms) const;
+  // The same by site id. Placement weighs tens of thousands of pairs at a
+  // thousand sites: it resolves each site's id once, and a pair is then two
+  // integer-keyed lookups instead of four string hashes.
+  std::optional<uint32_t> SiteId(const std::string& site) const;
+  std::optional<double> PairGbps(uint32_t a, uint32_t b, int64_t now_ms) const;
   // Every unexpired link, sorted by (from, to).
   std::vector<v1::Link> All(int64_t now_ms) const;
 
  private:
+  uint32_t Intern(const std::string& site);
+
   int64_t max_age_ms_;
   std::map<std::pair<std::string, std::string>, v1::Link> links_;
   struct Measured {
     double gbps = 0;
     int64_t measured_at_ms = 0;
+    bool known = false;
   };
-  // from -> to -> the newest measurement: what PairGbps reads.
-  std::unordered_map<std::string, std::unordered_map<std::string, Measured>> index_;
+  // Both directions of a pair in one open-addressed cell: a pair is one probe.
+  struct PairCell {
+    Measured low_to_high, high_to_low;  // by site id
+  };
+  std::unordered_map<std::string, uint32_t> ids_;
+  // (low id << 32 | high id) -> the newest measurement each way: what PairGbps reads.
+  absl::flat_hash_map<uint64_t, PairCell> index_;
 };
 
 }  // namespace fedgate::federation

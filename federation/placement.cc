@@ -14,6 +14,7 @@ constexpr size_t kGreedySeeds = 8;
 
 struct Eligible {
   std::string site;
+  size_t offer = 0;  // index into the offers, for link lookups
   uint32_t free = 0;  // GPUs matching the job's models and memory
   std::vector<NodeOffer> nodes;  // matching nodes only
 };
@@ -50,12 +51,20 @@ bool Better(const Score& a, const Score& b) {
 
 PlacementResult Place(const JobRequest& job, const std::vector<SiteOffer>& offers,
                       const PairGbps& links, uint64_t exact_budget) {
+  return PlaceByIndex(
+      job, offers,
+      [&](size_t a, size_t b) { return links(offers[a].site, offers[b].site); }, exact_budget);
+}
+
+PlacementResult PlaceByIndex(const JobRequest& job, const std::vector<SiteOffer>& offers,
+                             const OfferPairGbps& links, uint64_t exact_budget) {
   PlacementResult result;
   std::map<std::string, std::string> why_not;
   std::vector<Eligible> eligible;
   const uint32_t min_per_site = std::max<uint32_t>(1, job.min_gpus_per_site);
 
-  for (const auto& o : offers) {
+  for (size_t oi = 0; oi < offers.size(); ++oi) {
+    const auto& o = offers[oi];
     if (!o.up) {
       why_not[o.site] = "down (no recent ad)";
       continue;
@@ -68,7 +77,7 @@ PlacementResult Place(const JobRequest& job, const std::vector<SiteOffer>& offer
       why_not[o.site] = "in avoided_sites";
       continue;
     }
-    Eligible e{o.site, 0, {}};
+    Eligible e{o.site, oi, 0, {}};
     bool model_seen = false, memory_ok = false;
     for (const auto& n : o.nodes) {
       if (!job.gpu_models.empty() && !Contains(job.gpu_models, n.gpu_model)) continue;
@@ -96,17 +105,27 @@ PlacementResult Place(const JobRequest& job, const std::vector<SiteOffer>& offer
             [](const Eligible& a, const Eligible& b) { return a.site < b.site; });
   const int n = static_cast<int>(eligible.size());
 
-  // Pairwise bandwidth of eligible sites, looked up lazily and memoised: at
-  // a thousand sites the full matrix would cost more than the search.
-  std::unordered_map<uint64_t, std::pair<double, bool>> pair_cache;
-  auto pair = [&](int i, int j) -> const std::pair<double, bool>& {
+  // Pairwise bandwidth of eligible sites. The exact search revisits each pair
+  // many times, so while it runs (n is small then) lookups are memoised in a
+  // dense table; the greedy search looks each pair up about once.
+  constexpr double kNotLooked = -2, kUnknown = -1;
+  std::vector<double> memo;
+  auto lookup = [&](int i, int j) -> double {
+    auto g = links(eligible[i].offer, eligible[j].offer);
+    return g ? *g : kUnknown;
+  };
+  auto raw = [&](int i, int j) -> double {
+    if (memo.empty()) return lookup(i, j);
     if (i > j) std::swap(i, j);
-    const uint64_t key = (static_cast<uint64_t>(i) << 32) | static_cast<uint32_t>(j);
-    auto it = pair_cache.find(key);
-    if (it != pair_cache.end()) return it->second;
-    auto g = links(eligible[i].site, eligible[j].site);
-    const bool ok = job.min_link_gbps <= 0 || (g && *g >= job.min_link_gbps);
-    return pair_cache.emplace(key, std::make_pair(g ? *g : 0.0, ok)).first->second;
+    double& cell = memo[static_cast<size_t>(i) * n + j];
+    if (cell == kNotLooked) cell = lookup(i, j);
+    return cell;
+  };
+  // (bandwidth with unknown as 0, whether the pair meets min_link_gbps)
+  auto pair = [&](int i, int j) -> std::pair<double, bool> {
+    const double g = raw(i, j);
+    if (g < 0) return {0.0, job.min_link_gbps <= 0};
+    return {g, job.min_link_gbps <= 0 || g >= job.min_link_gbps};
   };
   auto bw_of = [&](int i, int j) { return pair(i, j).first; };
   auto link_ok_of = [&](int i, int j) { return pair(i, j).second; };
@@ -147,6 +166,7 @@ PlacementResult Place(const JobRequest& job, const std::vector<SiteOffer>& offer
     double combos = 1;
     for (int i = 0; i < k; ++i) combos = combos * (n - i) / (i + 1);
     if (combos <= static_cast<double>(exact_budget)) {
+      if (k >= 2 && memo.empty()) memo.assign(static_cast<size_t>(n) * n, kNotLooked);
       std::vector<int> idx(k);
       std::function<void(int, int)> rec = [&](int start, int depth) {
         if (depth == k) {
@@ -163,43 +183,66 @@ PlacementResult Place(const JobRequest& job, const std::vector<SiteOffer>& offer
       // Greedy: from each seed (the sites with the most free GPUs), add the
       // site with the best link to the chosen set (then most free GPUs)
       // until k sites.
-      std::vector<int> seeds(n);
-      for (int i = 0; i < n; ++i) seeds[i] = i;
-      std::stable_sort(seeds.begin(), seeds.end(),
+      std::vector<int> by_free(n);
+      for (int i = 0; i < n; ++i) by_free[i] = i;
+      std::stable_sort(by_free.begin(), by_free.end(),
                        [&](int a, int b) { return eligible[a].free > eligible[b].free; });
-      seeds.resize(std::min<size_t>(seeds.size(), kGreedySeeds));
+      const std::vector<int> seeds(by_free.begin(),
+                                   by_free.begin() + std::min<size_t>(n, kGreedySeeds));
       // Each candidate's bottleneck to the chosen set is kept up to date as
-      // sites join, so a step looks up one link per candidate (at a thousand
-      // sites the lookups are the cost; seeds share many, hence the memo).
-      auto direct = [&](int a, int b) { return pair(a, b); };
+      // sites join. Only candidates whose bottleneck is still above 0 are
+      // looked up again: one with an unknown (or 0) link to a chosen site can
+      // only be picked when no linked one is left, and then by free GPUs
+      // alone. In a sparse view that leaves a handful per step, not all n.
+      memo.clear();
+      memo.shrink_to_fit();
       std::vector<double> reach(n);
-      std::vector<char> usable(n);
+      std::vector<char> out(n);  // chosen, or refused by min_link_gbps
+      std::vector<int> alive, next;
       for (int seed : seeds) {
         std::vector<int> idx = {seed};
         std::fill(reach.begin(), reach.end(), std::numeric_limits<double>::infinity());
-        std::fill(usable.begin(), usable.end(), 1);
-        usable[seed] = 0;
+        std::fill(out.begin(), out.end(), 0);
+        out[seed] = 1;
+        alive.clear();
+        for (int c = 0; c < n; ++c) {
+          if (c != seed) alive.push_back(c);
+        }
         int added = seed;
         while (static_cast<int>(idx.size()) < k) {
           int pick = -1;
           double pick_bw = -1;
-          for (int c = 0; c < n; ++c) {
-            if (!usable[c]) continue;
-            const auto [g, ok] = direct(added, c);
+          next.clear();
+          for (int c : alive) {
+            const auto [g, ok] = pair(added, c);
             if (!ok) {
-              usable[c] = 0;
+              out[c] = 1;  // a link below min_link_gbps: out for good
               continue;
             }
             reach[c] = std::min(reach[c], g);
+            if (reach[c] <= 0) continue;  // unlinked: only the fallback below may pick it
+            next.push_back(c);
             const double m = reach[c];
             if (m > pick_bw || (m == pick_bw && eligible[c].free > eligible[pick].free)) {
               pick = c;
               pick_bw = m;
             }
           }
+          alive.swap(next);
+          if (pick < 0 && job.min_link_gbps <= 0) {
+            // Every candidate left has bottleneck 0: the one with the most
+            // free GPUs (the first by index among equals), as a full scan would.
+            for (int c : by_free) {
+              if (!out[c]) {
+                pick = c;
+                break;
+              }
+            }
+          }
           if (pick < 0) break;
           idx.push_back(pick);
-          usable[pick] = 0;
+          out[pick] = 1;
+          alive.erase(std::remove(alive.begin(), alive.end(), pick), alive.end());
           added = pick;
         }
         if (static_cast<int>(idx.size()) != k) continue;
@@ -268,8 +311,9 @@ PlacementResult Place(const JobRequest& job, const std::vector<SiteOffer>& offer
     if (result.placement) {
       reason = StrCat("eligible (", e.free, " free) but not in the best set");
       if (job.min_link_gbps > 0) {
-        for (const auto& u : used) {
-          auto g = links(e.site, u);
+        for (int ui : best->idx) {
+          const std::string& u = eligible[ui].site;
+          auto g = links(e.offer, eligible[ui].offer);
           if (!g) {
             reason = StrCat("link to ", u, " unknown (min_link_gbps ", job.min_link_gbps, ")");
           } else if (*g < job.min_link_gbps) {

@@ -70,11 +70,17 @@ struct PlacementResult {
 // Link bandwidth between two sites in Gbit/s, nullopt when unknown.
 using PairGbps = std::function<std::optional<double>(const std::string&, const std::string&)>;
 
+// Link bandwidth between offers[a] and offers[b], by position: callers with a
+// large view resolve names once (LinkMatrix::SiteId) instead of per pair.
+using OfferPairGbps = std::function<std::optional<double>(size_t a, size_t b)>;
+
 // Exact over all site sets while that is cheap (`exact_budget` candidate sets
 // per set size); beyond it a greedy search seeded from the 8 sites with the
 // most matching free GPUs.
 PlacementResult Place(const JobRequest& job, const std::vector<SiteOffer>& offers,
                       const PairGbps& links, uint64_t exact_budget = 200000);
+PlacementResult PlaceByIndex(const JobRequest& job, const std::vector<SiteOffer>& offers,
+                             const OfferPairGbps& links, uint64_t exact_budget = 200000);
 
 // The objective value of a set of sites, for comparing placements.
 struct Score {

@@ -587,9 +587,15 @@ absl::StatusOr<v1::PlanResponse> GatewayCore::Plan(const v1::JobSpec& raw,
   if (auto st = federation::ValidateJobSpec(raw, models); !st.ok()) return st;
   const v1::JobSpec spec = federation::WithDefaults(raw);
   const federation::LinkMatrix links = LinksLocked();
-  auto result = federation::Place(
+  std::vector<std::optional<uint32_t>> ids;
+  ids.reserve(offers.size());
+  for (const auto& o : offers) ids.push_back(links.SiteId(o.site));
+  auto result = federation::PlaceByIndex(
       federation::ToJobRequest(spec), offers,
-      [&](const std::string& a, const std::string& b) { return links.PairGbps(a, b, now); });
+      [&](size_t a, size_t b) -> std::optional<double> {
+        if (!ids[a] || !ids[b]) return std::nullopt;
+        return links.PairGbps(*ids[a], *ids[b], now);
+      });
   v1::PlanResponse resp;
   resp.set_summary(result.summary);
   if (result.placement) {

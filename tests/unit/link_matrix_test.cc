@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+
 namespace fedgate::federation {
 namespace {
 
@@ -34,6 +36,46 @@ TEST(LinkMatrix, PairTakesTheSlowerDirection) {
   m.Merge(L("b", "a", 0.3, 0));
   EXPECT_DOUBLE_EQ(*m.PairGbps("a", "b", 0), 0.3);
   EXPECT_DOUBLE_EQ(*m.PairGbps("b", "a", 0), 0.3);
+}
+
+TEST(LinkMatrix, LookupsByIdAgreeWithLookupsByName) {
+  std::mt19937 rng(7);
+  LinkMatrix m(10'000);
+  for (int i = 0; i < 400; ++i) {  // both directions, stale and fresh, re-measured
+    m.Merge(L("s" + std::to_string(rng() % 30), "s" + std::to_string(rng() % 30),
+              static_cast<double>(rng() % 100), static_cast<int64_t>(rng() % 20'000)));
+  }
+  EXPECT_FALSE(m.SiteId("nowhere").has_value());
+  int known = 0;
+  for (int a = 0; a < 30; ++a) {
+    for (int b = 0; b < 30; ++b) {
+      const std::string x = "s" + std::to_string(a), y = "s" + std::to_string(b);
+      auto by_name = m.PairGbps(x, y, 15'000);
+      auto ix = m.SiteId(x), iy = m.SiteId(y);
+      if (!ix || !iy) {
+        EXPECT_FALSE(by_name.has_value());
+        continue;
+      }
+      EXPECT_EQ(m.PairGbps(*ix, *iy, 15'000), by_name) << x << "-" << y;
+      // The rule itself, from the per-direction links.
+      auto xy = m.Get(x, y, 15'000), yx = m.Get(y, x, 15'000);
+      std::optional<double> want;
+      if (xy && yx) want = std::min(xy->gbps(), yx->gbps());
+      else if (xy) want = xy->gbps();
+      else if (yx) want = yx->gbps();
+      EXPECT_EQ(by_name, want) << x << "-" << y;
+      known += want.has_value();
+    }
+  }
+  EXPECT_GT(known, 100);
+}
+
+TEST(LinkMatrix, AStaleDirectionGivesWayToTheFreshOne) {
+  LinkMatrix m(1000);
+  m.Merge(L("a", "b", 5.0, 0));
+  m.Merge(L("b", "a", 1.0, 2000));
+  EXPECT_DOUBLE_EQ(*m.PairGbps("a", "b", 2500), 1.0) << "a->b is stale, b->a is used";
+  EXPECT_FALSE(m.PairGbps("a", "b", 3001).has_value());
 }
 
 }  // namespace

@@ -263,5 +263,138 @@ TEST(Placement, GreedyBeyondTheExactBudgetStillPlacesValidly) {
   EXPECT_EQ(total, 20u);
 }
 
+// The greedy search as first written: every step looks up the link from the
+// site just added to every other candidate. Place prunes candidates whose
+// bottleneck fell to 0; it must still pick exactly what this full scan picks.
+std::vector<std::string> FullScanGreedy(const JobRequest& job, const std::vector<SiteOffer>& offers,
+                                        const PairGbps& links) {
+  const uint32_t min_per = std::max<uint32_t>(1, job.min_gpus_per_site);
+  struct E {
+    std::string site;
+    uint32_t free;
+  };
+  std::vector<E> el;
+  for (const auto& o : offers) {
+    const uint32_t f = MatchingFree(job, o);
+    if (o.up && f >= min_per) el.push_back({o.site, f});
+  }
+  std::sort(el.begin(), el.end(), [](const E& a, const E& b) { return a.site < b.site; });
+  const int n = static_cast<int>(el.size());
+  auto ok_bw = [&](int a, int b) {
+    auto g = links(el[a].site, el[b].site);
+    return std::make_pair(job.min_link_gbps <= 0 || (g && *g >= job.min_link_gbps), g ? *g : 0.0);
+  };
+  std::vector<int> seeds(n);
+  for (int i = 0; i < n; ++i) seeds[i] = i;
+  std::stable_sort(seeds.begin(), seeds.end(), [&](int a, int b) { return el[a].free > el[b].free; });
+  seeds.resize(std::min(n, 8));
+  std::vector<uint32_t> frees;
+  for (const auto& e : el) frees.push_back(e.free);
+  std::sort(frees.rbegin(), frees.rend());
+  uint64_t top = 0;
+  const int max_k = job.max_sites == 0 ? n : std::min<int>(n, static_cast<int>(job.max_sites));
+  for (int k = 1; k <= max_k; ++k) {
+    top += frees[k - 1];
+    if (top < job.gpus) continue;
+    if (static_cast<uint64_t>(min_per) * k > job.gpus) break;
+    std::optional<std::tuple<double, uint64_t, std::vector<std::string>>> best;  // -bw, leftover, names
+    for (int seed : seeds) {
+      std::vector<int> idx = {seed};
+      std::vector<double> reach(n, INFINITY);
+      std::vector<char> usable(n, 1);
+      usable[seed] = 0;
+      int added = seed;
+      while (static_cast<int>(idx.size()) < k) {
+        int pick = -1;
+        double pick_bw = -1;
+        for (int c = 0; c < n; ++c) {
+          if (!usable[c]) continue;
+          auto [ok, g] = ok_bw(added, c);
+          if (!ok) {
+            usable[c] = 0;
+            continue;
+          }
+          reach[c] = std::min(reach[c], g);
+          if (reach[c] > pick_bw || (reach[c] == pick_bw && el[c].free > el[pick].free)) {
+            pick = c;
+            pick_bw = reach[c];
+          }
+        }
+        if (pick < 0) break;
+        idx.push_back(pick);
+        usable[pick] = 0;
+        added = pick;
+      }
+      if (static_cast<int>(idx.size()) != k) continue;
+      uint64_t free = 0;
+      double bw = INFINITY;
+      bool ok = true;
+      for (size_t a = 0; a < idx.size(); ++a) {
+        free += el[idx[a]].free;
+        for (size_t b = a + 1; b < idx.size(); ++b) {
+          auto [link_ok, g] = ok_bw(idx[a], idx[b]);
+          ok = ok && link_ok;
+          bw = std::min(bw, g);
+        }
+      }
+      if (!ok || free < job.gpus) continue;
+      std::vector<std::string> names;
+      for (int i : idx) names.push_back(el[i].site);
+      std::sort(names.begin(), names.end());
+      auto key = std::make_tuple(-bw, free - job.gpus, names);
+      if (!best || key < *best) best = key;
+    }
+    if (best) return std::get<2>(*best);
+  }
+  return {};
+}
+
+TEST(Placement, PrunedGreedyPicksWhatAFullScanPicks) {
+  const unsigned base = std::random_device{}();
+  std::printf("[ seed ] greedy base seed %u (case seed = base + i)\n", base);
+  int placed = 0;
+  for (unsigned i = 0; i < 300; ++i) {
+    std::mt19937 rng(base + i);
+    auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+    World w;
+    const int sites = pick(10, 60);
+    const int link_percent = pick(0, 2) == 0 ? 100 : pick(2, 30);  // dense or sparse views
+    for (int s = 0; s < sites; ++s) {
+      SiteOffer o{"s" + std::to_string(s), pick(0, 19) > 0, {}};
+      for (int k = 0; k < pick(1, 2); ++k) {
+        o.nodes.push_back({"n" + std::to_string(k), pick(0, 3) ? "H100" : "L40S", 80,
+                           static_cast<uint32_t>(pick(0, 8))});
+      }
+      w.offers.push_back(o);
+    }
+    const double levels[] = {0, 0.1, 0.4, 1, 10, 25};  // 0: a measured dead link
+    for (int a = 0; a < sites; ++a) {
+      for (int b = 0; b < sites; ++b) {
+        if (a != b && pick(1, 100) <= link_percent) {
+          w.links[{"s" + std::to_string(a), "s" + std::to_string(b)}] = levels[pick(0, 5)];
+        }
+      }
+    }
+    w.job.gpus = static_cast<uint32_t>(pick(4, 60));
+    if (pick(0, 2) == 0) w.job.gpu_models = {"H100"};
+    if (pick(0, 3) == 0) w.job.min_gpus_per_site = static_cast<uint32_t>(pick(1, 4));
+    if (pick(0, 3) == 0) w.job.min_link_gbps = levels[pick(1, 3)];
+    if (pick(0, 3) == 0) w.job.max_sites = static_cast<uint32_t>(pick(2, 8));
+    SCOPED_TRACE("case seed " + std::to_string(base + i));
+    auto links = LinksOf(w);
+    auto got = Place(w.job, w.offers, links, /*exact_budget=*/0);  // greedy at every size
+    auto want = FullScanGreedy(w.job, w.offers, links);
+    ASSERT_EQ(got.placement.has_value(), !want.empty());
+    if (want.empty()) continue;
+    ++placed;
+    auto sites_got = got.placement->sites;
+    std::sort(sites_got.begin(), sites_got.end());
+    EXPECT_EQ(sites_got, want);
+    CheckSlices(w, *got.placement);
+  }
+  std::printf("[ seed ] %d of 300 greedy cases were placeable\n", placed);
+  EXPECT_GT(placed, 100) << "the generator should make many cases placeable";
+}
+
 }  // namespace
 }  // namespace fedgate::federation
