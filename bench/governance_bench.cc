@@ -96,6 +96,15 @@ double Throughput(bool quotas, int jobs) {
     return -1;
   }
   const double rate = jobs / std::chrono::duration<double>(Clock::now() - t0).count();
+  // Where a placement's time goes: site-a's mean prepare and commit phase.
+  auto mean_ms = [&](const char* phase) {
+    const std::string labels = std::string("{phase=\"") + phase + "\",result=\"ok\"}";
+    const double n = Metric(fed.ops_port("site-a"), "fedgate_reservation_phase_seconds_count" + labels);
+    return n > 0 ? 1000 * Metric(fed.ops_port("site-a"), "fedgate_reservation_phase_seconds_sum" + labels) / n
+                 : 0.0;
+  };
+  std::printf("  quotas %s: %.1f placements/s (mean prepare %.2f ms, commit %.2f ms)\n",
+              quotas ? "on " : "off", rate, mean_ms("prepare"), mean_ms("commit"));
   for (const auto& id : ids) {
     if (!WaitFor(stub.get(), id, v1::Job::SUCCEEDED, 60000)) {
       std::fprintf(stderr, "job %s ended %s\n", id.c_str(),

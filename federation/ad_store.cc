@@ -106,6 +106,16 @@ std::vector<StoredAd> AdStore::Fresh() const {
   return out;
 }
 
+std::vector<const StoredAd*> AdStore::FreshRefs() const {
+  const int64_t now = clock_->NowMs();
+  std::vector<const StoredAd*> out;
+  out.reserve(ads_.size());
+  for (const auto& [origin, stored] : ads_) {
+    if (!Expired(stored.ad, now)) out.push_back(&stored);
+  }
+  return out;
+}
+
 std::optional<StoredAd> AdStore::Get(std::string_view origin) const {
   auto it = ads_.find(origin);
   if (it == ads_.end() || Expired(it->second.ad, clock_->NowMs())) return std::nullopt;

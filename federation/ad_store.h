@@ -61,6 +61,10 @@ class AdStore {
 
   // Unexpired ads (own, peers', withdrawn tombstones), sorted by origin.
   std::vector<StoredAd> Fresh() const;
+  // The same without copies, valid until the store next changes: the
+  // gateway reads the view on every accepted ad, and at 64 sites copying
+  // each ad (its signature and certificate with it) cost more than the read.
+  std::vector<const StoredAd*> FreshRefs() const;
   std::optional<StoredAd> Get(std::string_view origin) const;
 
   // Ads that a peer `to` has not been sent yet, given the version per origin

@@ -129,12 +129,12 @@ absl::Status GatewayCore::Init() {
 
 void GatewayCore::RefreshHomesLocked() {
   bool changed = false;
-  for (const auto& stored : ads_.Fresh()) {
+  for (const federation::StoredAd* stored : ads_.FreshRefs()) {
     // A withdrawn ad (a home shutting down) changes nothing: it comes back.
-    if (stored.ad.withdrawn()) continue;
-    const std::string& origin = stored.ad.origin();
+    if (stored->ad.withdrawn()) continue;
+    const std::string& origin = stored->ad.origin();
     std::set<std::string> claimed;
-    for (const auto& t : stored.ad.tenants()) {
+    for (const auto& t : stored->ad.tenants()) {
       claimed.insert(t.tenant());
       auto& k = known_homes_[t.tenant()];
       if (k.home() != origin && !k.home().empty()) continue;  // a conflict: the first stays
@@ -422,12 +422,19 @@ void GatewayCore::PublishLocked(v1::CapacityAd ad) {
 }
 
 std::vector<std::string> GatewayCore::SitesLeftOut() {
+  // The sites of the capacity view (fresh, not withdrawn ads) that are not
+  // SitesForJobs, read straight from the ads: Submit and Get ask this for
+  // every pending job, and building the whole view for a list of names
+  // cost a view build per call.
   const auto reachable = SitesForJobs();
-  const v1::GetCapacityResponse capacity = Capacity();
+  std::lock_guard lock(mu_);
   std::vector<std::string> out;
-  for (const auto& s : capacity.sites()) {
-    if (!reachable.contains(s.site())) out.push_back(s.site());
+  for (const federation::StoredAd* stored : ads_.FreshRefs()) {
+    const auto& ad = stored->ad;
+    if (ad.origin() == config_.site || ad.withdrawn() || reachable.contains(ad.origin())) continue;
+    out.push_back(ad.origin());
   }
+  std::sort(out.begin(), out.end());
   return out;
 }
 
@@ -453,8 +460,8 @@ std::set<std::string> GatewayCore::SitesForJobs() {
   std::lock_guard lock(mu_);
   std::set<std::string> out = {config_.site};
   for (const auto& p : peers_.List()) out.insert(p.site);
-  for (const auto& stored : ads_.Fresh()) {
-    const auto& ad = stored.ad;
+  for (const federation::StoredAd* stored : ads_.FreshRefs()) {
+    const auto& ad = stored->ad;
     if (ad.accepts_federation_jobs() && !ad.endpoint().empty() && !ad.withdrawn()) {
       out.insert(ad.origin());
     }
@@ -487,9 +494,9 @@ void GatewayCore::RecordLink(const v1::Link& link) {
 federation::LinkMatrix GatewayCore::LinksLocked() {
   federation::LinkMatrix m(config_.bench_link_max_age_ms);
   for (const auto& [to, link] : own_links_) m.Merge(link);
-  for (const auto& stored : ads_.Fresh()) {
-    if (stored.ad.origin() == config_.site || stored.ad.withdrawn()) continue;
-    m.MergeAll(stored.ad.links());
+  for (const federation::StoredAd* stored : ads_.FreshRefs()) {
+    if (stored->ad.origin() == config_.site || stored->ad.withdrawn()) continue;
+    m.MergeAll(stored->ad.links());
   }
   return m;
 }
@@ -515,20 +522,20 @@ std::optional<GatewayCore::TenantHome> GatewayCore::HomeOf(const std::string& te
   std::lock_guard lock(mu_);
   const int64_t now = clock_->NowMs();
   std::optional<TenantHome> home;
-  for (const auto& stored : ads_.Fresh()) {
-    if (stored.ad.withdrawn()) continue;
-    for (const auto& t : stored.ad.tenants()) {
+  for (const federation::StoredAd* stored : ads_.FreshRefs()) {
+    if (stored->ad.withdrawn()) continue;
+    for (const auto& t : stored->ad.tenants()) {
       if (t.tenant() != tenant) continue;
       if (home) {
         home->error = fedgate::StrCat("tenant ", tenant, " is claimed by both ", home->site,
-                                      " and ", stored.ad.origin(),
+                                      " and ", stored->ad.origin(),
                                       " (remove it from the tenants: of one)");
         continue;
       }
-      home = TenantHome{stored.ad.origin(),
-                        stored.ad.origin() == config_.site || !federation::IsSilent(stored, now),
+      home = TenantHome{stored->ad.origin(),
+                        stored->ad.origin() == config_.site || !federation::IsSilent(*stored, now),
                         t, ""};
-      home->quota.set_home(stored.ad.origin());
+      home->quota.set_home(stored->ad.origin());
     }
   }
   if (!home) {
@@ -544,10 +551,10 @@ std::vector<v1::TenantQuota> GatewayCore::Quotas() {
   std::map<std::string, std::vector<v1::TenantQuota>> claims;
   {
     std::lock_guard lock(mu_);
-    for (const auto& stored : ads_.Fresh()) {
-      if (stored.ad.withdrawn()) continue;
-      for (auto t : stored.ad.tenants()) {
-        t.set_home(stored.ad.origin());
+    for (const federation::StoredAd* stored : ads_.FreshRefs()) {
+      if (stored->ad.withdrawn()) continue;
+      for (auto t : stored->ad.tenants()) {
+        t.set_home(stored->ad.origin());
         claims[t.tenant()].push_back(std::move(t));
       }
     }
@@ -701,7 +708,7 @@ void GatewayCore::UpdateGaugesLocked() {
   metrics_->Set("fedgate_peers_approved", {}, static_cast<double>(peers_.List().size()));
   metrics_->Set("fedgate_ad_oldest_age_seconds", {}, ads_.OldestAgeSeconds());
   int known = 0;
-  for (const auto& a : ads_.Fresh()) known += a.ad.withdrawn() ? 0 : 1;
+  for (const federation::StoredAd* a : ads_.FreshRefs()) known += a->ad.withdrawn() ? 0 : 1;
   metrics_->Set("fedgate_sites_known", {}, known);
   // Whole families: a removed peer's or an expired link's series disappear.
   std::vector<std::pair<Labels, double>> up, gbps, age;
@@ -728,9 +735,9 @@ void GatewayCore::UpdateGaugesLocked() {
   }
   metrics_->SetFamily("fedgate_site_gpus", gpus);
   std::vector<std::pair<Labels, double>> quota;
-  for (const auto& a : ads_.Fresh()) {
-    if (a.ad.origin() != config_.site) continue;
-    for (const auto& t : a.ad.tenants()) {
+  for (const federation::StoredAd* a : ads_.FreshRefs()) {
+    if (a->ad.origin() != config_.site) continue;
+    for (const auto& t : a->ad.tenants()) {
       quota.push_back({{{"tenant", t.tenant()}, {"kind", "nominal"}}, static_cast<double>(t.gpus())});
       quota.push_back({{{"tenant", t.tenant()}, {"kind", "borrow"}}, static_cast<double>(t.borrow())});
       quota.push_back({{{"tenant", t.tenant()}, {"kind", "used"}}, static_cast<double>(t.used_gpus())});
@@ -740,9 +747,10 @@ void GatewayCore::UpdateGaugesLocked() {
   }
   metrics_->SetFamily("fedgate_tenant_quota_gpus", quota);
   std::vector<std::pair<Labels, double>> ad_age;
-  for (const auto& a : ads_.Fresh()) {
-    if (a.ad.origin() == config_.site) continue;
-    ad_age.push_back({{{"origin", a.ad.origin()}}, std::max<int64_t>(0, now - a.received_at_ms) / 1000.0});
+  for (const federation::StoredAd* a : ads_.FreshRefs()) {
+    if (a->ad.origin() == config_.site) continue;
+    ad_age.push_back({{{"origin", a->ad.origin()}},
+                      std::max<int64_t>(0, now - a->received_at_ms) / 1000.0});
   }
   metrics_->SetFamily("fedgate_ad_age_seconds", ad_age);
   metrics_->SetFamily("fedgate_link_gbps", gbps);

@@ -103,14 +103,14 @@ struct AdVerifier::Store {
   ~Store() { X509_STORE_free(store); }
 };
 
-AdVerifier::AdVerifier(std::string ca_pem, std::string federation)
+AdVerifier::AdVerifier(const std::string& ca_pem, std::string federation)
     : federation_(std::move(federation)) {
-  SetCa(std::move(ca_pem));
+  SetCa(ca_pem);
 }
 
 AdVerifier::~AdVerifier() = default;
 
-void AdVerifier::SetCa(std::string ca_pem, std::string crl_pem) {
+void AdVerifier::SetCa(const std::string& ca_pem, const std::string& crl_pem) {
   auto store = std::make_unique<Store>();
   store->store = X509_STORE_new();
   BioPtr bio(BIO_new_mem_buf(ca_pem.data(), static_cast<int>(ca_pem.size())));
@@ -123,18 +123,17 @@ void AdVerifier::SetCa(std::string ca_pem, std::string crl_pem) {
     spdlog::error("signed ads: the CRL holds no PEM CRL; checking without it");
   }
   std::lock_guard lock(mu_);
-  ca_pem_ = std::move(ca_pem);
   store_ = std::move(store);
   trusted_.clear();
 }
 
-absl::StatusOr<std::string> AdVerifier::CheckCertificate(const std::string& der,
-                                                         AdRefusal* why) {
+absl::StatusOr<const AdVerifier::Trusted*> AdVerifier::CheckCertificate(const std::string& der,
+                                                                        AdRefusal* why) {
   const int64_t now = std::time(nullptr);
   if (auto it = trusted_.find(der); it != trusted_.end() && now <= it->second.not_after_unix) {
-    return it->second.site;
+    return &it->second;
   }
-  auto refuse = [&](std::string reason, std::string detail) -> absl::StatusOr<std::string> {
+  auto refuse = [&](std::string reason, std::string detail) -> absl::StatusOr<const Trusted*> {
     why->reason = reason;
     why->detail = detail;
     return absl::PermissionDeniedError(StrCat(reason, ": ", detail));
@@ -158,9 +157,12 @@ absl::StatusOr<std::string> AdVerifier::CheckCertificate(const std::string& der,
     return refuse("not_a_gateway", StrCat(id->ToUri(), " is not a gateway of federation ",
                                           federation_));
   }
+  KeyPtr key(X509_get_pubkey(cert.get()));
+  if (!key) return refuse("bad_certificate", "the certificate has no usable public key");
   if (trusted_.size() >= kMaxTrusted) trusted_.clear();
-  trusted_[der] = Trusted{id->site, NotAfterUnix(cert.get())};
-  return id->site;
+  auto& entry = trusted_[der];
+  entry = Trusted{id->site, NotAfterUnix(cert.get()), std::move(key)};
+  return &entry;
 }
 
 absl::StatusOr<v1::CapacityAd> AdVerifier::Verify(const v1::SignedAd& signed_ad, AdRefusal* why) {
@@ -173,18 +175,16 @@ absl::StatusOr<v1::CapacityAd> AdVerifier::Verify(const v1::SignedAd& signed_ad,
   v1::CapacityAd ad;
   if (!ad.ParseFromString(signed_ad.ad())) return refuse("bad_ad", "the ad does not decode");
   std::lock_guard lock(mu_);
-  auto site = CheckCertificate(signed_ad.certificate(), why);
-  if (!site.ok()) return site.status();
-  if (*site != ad.origin()) {
+  auto trusted = CheckCertificate(signed_ad.certificate(), why);
+  if (!trusted.ok()) return trusted.status();
+  if ((*trusted)->site != ad.origin()) {
     return refuse("origin_mismatch", StrCat("an ad for origin \"", ad.origin().substr(0, 64),
-                                            "\" signed by site ", *site));
+                                            "\" signed by site ", (*trusted)->site));
   }
-  CertPtr cert = CertFromDer(signed_ad.certificate());
-  KeyPtr key(cert ? X509_get_pubkey(cert.get()) : nullptr);
-  if (!key) return refuse("bad_certificate", "the certificate has no usable public key");
+  EVP_PKEY* key = (*trusted)->key.get();
   MdCtxPtr md(EVP_MD_CTX_new());
   const bool ok =
-      EVP_DigestVerifyInit(md.get(), nullptr, DigestFor(key.get()), nullptr, key.get()) == 1 &&
+      EVP_DigestVerifyInit(md.get(), nullptr, DigestFor(key), nullptr, key) == 1 &&
       EVP_DigestVerify(md.get(), reinterpret_cast<const unsigned char*>(signed_ad.signature().data()),
                        signed_ad.signature().size(),
                        reinterpret_cast<const unsigned char*>(signed_ad.ad().data()),
@@ -230,7 +230,7 @@ void FileAdAuthority::ReloadLocked() {
   stamp_ = std::move(stamp);
   signing_key_ = std::move(loaded->key);
   cert_der_ = std::move(loaded->cert_der);
-  verifier_.SetCa(std::move(*ca), std::move(*crl));
+  verifier_.SetCa(*ca, *crl);
 }
 
 absl::StatusOr<v1::SignedAd> FileAdAuthority::Sign(const v1::CapacityAd& ad) {

@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "fedgate/v1/federation.pb.h"
-#include <openssl/evp.h>
+#include "gateway/security/openssl_ptr.h"
 
 namespace fedgate::gateway {
 
@@ -31,7 +31,7 @@ struct AdRefusal {
 class AdVerifier {
  public:
   // `ca_pem`: the federation's trust bundle; `federation`: its trust domain.
-  AdVerifier(std::string ca_pem, std::string federation);
+  AdVerifier(const std::string& ca_pem, std::string federation);
   ~AdVerifier();
 
   // The ad, when every check passes; otherwise why not.
@@ -39,17 +39,18 @@ class AdVerifier {
 
   // A new trust bundle (certificate rotation) and, if not empty, the CRLs
   // its leaves are checked against; forgets verified certificates.
-  void SetCa(std::string ca_pem, std::string crl_pem = "");
+  void SetCa(const std::string& ca_pem, const std::string& crl_pem = "");
 
  private:
   struct Trusted {
     std::string site;
     int64_t not_after_unix = 0;
+    KeyPtr key;  // decoded once: a relayed ad then costs the signature check alone
   };
-  absl::StatusOr<std::string> CheckCertificate(const std::string& der, AdRefusal* why);
+  // The verified certificate's entry (valid while mu_ is held).
+  absl::StatusOr<const Trusted*> CheckCertificate(const std::string& der, AdRefusal* why);
 
   std::mutex mu_;
-  std::string ca_pem_;
   std::string federation_;
   struct Store;
   std::unique_ptr<Store> store_;

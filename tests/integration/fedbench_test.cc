@@ -19,15 +19,18 @@ std::string FedbenchBin() { return FEDBENCH_BIN; }
 
 class FedbenchTest : public ::testing::Test {
  protected:
+  // The server binds port 0 and says which port it got: no port is picked
+  // and released for another process to take in between.
   void StartServer(std::vector<std::string> extra = {}) {
-    port_ = FreePort();
-    std::vector<std::string> argv = {FedbenchBin(), "server", "--listen",
-                                     "127.0.0.1:" + std::to_string(port_)};
+    std::vector<std::string> argv = {FedbenchBin(), "server", "--listen", "127.0.0.1:0"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     server_ = Process::Spawn(argv, dir_ / "server.log");
+    const std::string said = "serving on port ";
     ASSERT_TRUE(Eventually(
-        [&] { return ReadText(dir_ / "server.log").find("serving on port") != std::string::npos; },
-        10000));
+        [&] { return ReadText(dir_ / "server.log").find(said) != std::string::npos; }, 10000));
+    const std::string log = ReadText(dir_ / "server.log");
+    port_ = std::atoi(log.c_str() + log.find(said) + said.size());
+    ASSERT_GT(port_, 0) << log;
   }
   CommandResult Run(std::vector<std::string> args) {
     std::vector<std::string> argv = {FedbenchBin(), "run", "--target",
@@ -131,18 +134,32 @@ TEST_F(FedbenchTest, ClientToNowhereFailsWithAReason) {
   EXPECT_NE(r.err.find("cannot connect"), std::string::npos) << r.err;
 }
 
+// A one-time server with token "tok", serving in the background, and a
+// short 4 KiB run against it.
+struct OneTimeServer {
+  explicit OneTimeServer(int idle_timeout_ms = 0) {
+    transport::ServeOptions so;
+    so.token = "tok";
+    so.max_sessions = 1;
+    if (idle_timeout_ms > 0) so.idle_timeout_ms = idle_timeout_ms;
+    auto listening = transport::BenchServer::Listen("127.0.0.1:0", so);
+    EXPECT_TRUE(listening.ok()) << listening.status();
+    if (!listening.ok()) return;
+    srv = std::move(*listening);
+    srv->ServeInBackground();
+    run.target = "127.0.0.1:" + std::to_string(srv->port());
+    run.sizes = {4096};
+    run.duration_ms = 100;
+    run.warmup_ms = 0;
+  }
+  std::unique_ptr<transport::BenchServer> srv;
+  transport::RunOptions run;
+};
+
 TEST(BenchEngine, OneTimeServerIgnoresRefusedClientsAndClosesAfterOneSession) {
-  transport::ServeOptions so;
-  so.token = "tok";
-  so.max_sessions = 1;
-  auto srv = transport::BenchServer::Listen("127.0.0.1:0", so);
-  ASSERT_TRUE(srv.ok());
-  (*srv)->ServeInBackground();
-  transport::RunOptions ro;
-  ro.target = "127.0.0.1:" + std::to_string((*srv)->port());
-  ro.sizes = {4096};
-  ro.duration_ms = 100;
-  ro.warmup_ms = 0;
+  OneTimeServer one;
+  ASSERT_NE(one.srv, nullptr);
+  transport::RunOptions& ro = one.run;
   ro.token = "nope";
   EXPECT_FALSE(transport::RunBenchmark(ro).ok());
   ro.token = "tok";
@@ -156,18 +173,10 @@ TEST(BenchEngine, OneTimeServerIgnoresRefusedClientsAndClosesAfterOneSession) {
 // authenticated session re-arms its idle timer, and a client that never
 // says hello is cut off when the listener's time is up.
 TEST(BenchEngine, RefusedAndSilentClientsDoNotKeepTheListenerOpen) {
-  transport::ServeOptions so;
-  so.token = "tok";
-  so.max_sessions = 1;
-  so.idle_timeout_ms = 1500;
-  auto srv = transport::BenchServer::Listen("127.0.0.1:0", so);
-  ASSERT_TRUE(srv.ok());
-  (*srv)->ServeInBackground();
-  transport::RunOptions ro;
-  ro.target = "127.0.0.1:" + std::to_string((*srv)->port());
-  ro.sizes = {4096};
-  ro.duration_ms = 100;
-  ro.warmup_ms = 0;
+  OneTimeServer one(/*idle_timeout_ms=*/1500);
+  ASSERT_NE(one.srv, nullptr);
+  auto& srv = one.srv;
+  transport::RunOptions& ro = one.run;
   ro.token = "tok-but-longer";
   const auto t0 = std::chrono::steady_clock::now();
   // A wrong token every 200 ms, and one connection that stays silent.
@@ -175,26 +184,26 @@ TEST(BenchEngine, RefusedAndSilentClientsDoNotKeepTheListenerOpen) {
     boost::asio::io_context io;
     boost::asio::ip::tcp::socket s(io);
     boost::system::error_code ec;
-    s.connect({boost::asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>((*srv)->port())}, ec);
+    s.connect({boost::asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(srv->port())}, ec);
     std::this_thread::sleep_for(std::chrono::milliseconds(4000));
   });
   std::atomic<int64_t> closed_ms{-1};
   std::thread watch([&] {
-    while (!(*srv)->done() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(6)) {
+    while (!srv->done() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(6)) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     closed_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                     std::chrono::steady_clock::now() - t0)
                     .count();
   });
-  while (!(*srv)->done() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(6)) {
+  while (!srv->done() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(6)) {
     EXPECT_FALSE(transport::RunBenchmark(ro).ok());
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   watch.join();
   const auto closed_after = std::chrono::milliseconds(closed_ms.load());
   silent.join();
-  EXPECT_TRUE((*srv)->done()) << "refused clients kept the listener open";
+  EXPECT_TRUE(srv->done()) << "refused clients kept the listener open";
   EXPECT_LT(closed_after, std::chrono::milliseconds(3500)) << "idle timeout 1.5 s";
 }
 

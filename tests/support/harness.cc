@@ -1,14 +1,20 @@
 #include "tests/support/harness.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
+#include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -19,17 +25,63 @@ namespace fedgate::testing {
 std::string FedgateBin() { return FEDGATE_BIN; }
 std::string FedctlBin() { return FEDCTL_BIN; }
 
-int FreePort() {
+namespace {
+
+// The kernel hands out ports for bind(0) and outgoing connections from
+// ip_local_port_range; a port picked there and released can be taken by any
+// of them before the gateway that was told to use it binds it (seen: one of
+// 64 gateways failed to start because another's ops listener got its port).
+// Ports below that range are never handed out by the kernel.
+std::pair<int, int> ReservablePorts() {
+  int low = 32768, high = 60999;
+  std::ifstream f("/proc/sys/net/ipv4/ip_local_port_range");
+  f >> low >> high;
+  const int top = std::max(2048, low - 1);
+  return {std::max(1025, top - 12000), top};
+}
+
+bool Bindable(int port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
   ::close(fd);
-  return ntohs(addr.sin_port);
+  return ok;
+}
+
+}  // namespace
+
+int FreePort() {
+  // Test processes running side by side (ctest -j) reserve a port with a
+  // lock file held until they exit, so two never pick the same one.
+  static std::mutex mu;
+  static std::set<int> mine;
+  std::lock_guard lock(mu);
+  const auto [lo, hi] = ReservablePorts();
+  const std::filesystem::path dir = "/tmp/fedgate-test-ports";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  std::mt19937 rng(static_cast<unsigned>(::getpid()) ^ std::random_device{}());
+  for (int attempt = 0; attempt < 4 * (hi - lo); ++attempt) {
+    const int port = lo + static_cast<int>(rng() % static_cast<unsigned>(hi - lo + 1));
+    if (mine.contains(port)) continue;
+    const std::string path = (dir / std::to_string(port)).string();
+    const int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0666);
+    if (fd < 0) continue;
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0 || !Bindable(port)) {
+      ::close(fd);
+      continue;
+    }
+    mine.insert(port);  // the fd stays open: the lock lasts as long as this process
+    return port;
+  }
+  std::fprintf(stderr, "FreePort: no reservable port in %d-%d\n", lo, hi);
+  std::abort();
 }
 
 bool Eventually(const std::function<bool()>& cond, int timeout_ms, int poll_ms) {

@@ -22,7 +22,11 @@ namespace fedgate::testing {
 std::string FedgateBin();
 std::string FedctlBin();
 
-// A port that was free a moment ago (bound to port 0, then released).
+// A port for a child process to listen on: below the kernel's ephemeral
+// range (so no bind(0) or outgoing connection takes it meanwhile), free
+// when picked, and reserved by a lock file for this process's lifetime so
+// that tests running side by side never pick the same one. Listeners this
+// process opens itself bind port 0 instead.
 int FreePort();
 
 // Polls `cond` every `poll_ms` until it holds or `timeout_ms` passes.
