@@ -395,23 +395,31 @@ void Participant::PersistQuotaHold(const federation::QuotaHold& h) {
   stored_quota_holds_.insert({h.job_id, h.epoch});
 }
 
-void Participant::ForgetReleasedQuotaHoldsLocked() {
+std::vector<std::pair<std::string, uint64_t>> Participant::ReleasedQuotaRowsLocked() {
   quota_dirty_ = false;
-  if (store_ == nullptr) return;
+  std::vector<std::pair<std::string, uint64_t>> out;
+  if (store_ == nullptr) return out;
   std::lock_guard lock(stored_mu_);
-  for (auto it = stored_quota_holds_.begin(); it != stored_quota_holds_.end();) {
-    if (quota_.holds().contains(*it)) {
-      ++it;
-      continue;
-    }
-    if (auto st = store_->DeleteKv(QuotaHoldRow(it->first, it->second)); !st.ok()) {
-      spdlog::error("cannot delete the quota hold of job {}: {}", it->first,
-                    std::string(st.message()));
-      ++it;
-      continue;
-    }
-    it = stored_quota_holds_.erase(it);
+  for (const auto& key : stored_quota_holds_) {
+    if (!quota_.holds().contains(key)) out.push_back(key);
   }
+  return out;
+}
+
+void Participant::DeleteQuotaRows(const std::vector<std::pair<std::string, uint64_t>>& released) {
+  if (released.empty()) return;
+  std::vector<std::string> rows;
+  for (const auto& [job, epoch] : released) rows.push_back(QuotaHoldRow(job, epoch));
+  if (auto st = store_->DeleteKvs(rows); !st.ok()) {
+    // They stay listed and are tried again by the next sweep that has any.
+    spdlog::error("cannot delete {} released quota hold(s): {}", rows.size(),
+                  std::string(st.message()));
+    std::lock_guard lock(mu_);
+    quota_dirty_ = true;
+    return;
+  }
+  std::lock_guard lock(stored_mu_);
+  for (const auto& key : released) stored_quota_holds_.erase(key);
 }
 
 v1::TenantQuota Participant::QuotaViewLocked(const federation::TenantQuota& q) const {
@@ -1140,6 +1148,7 @@ absl::StatusOr<v1::ReadLogResponse> Participant::ReadLog(const std::string& from
 void Participant::Sweep() {
   bool changed = false;
   std::vector<Allocs> stale;
+  std::vector<std::pair<std::string, uint64_t>> released_rows;
   {
     std::lock_guard lock(mu_);
     const int64_t now = clock_->NowMs();
@@ -1151,7 +1160,9 @@ void Participant::Sweep() {
       quota_dirty_ = true;
       changed = true;
     }
-    if (quota_dirty_) ForgetReleasedQuotaHoldsLocked();
+    // Deleted after the ledger lock is let go: one transaction for all of
+    // them, and Prepare calls do not wait behind the fsync.
+    if (quota_dirty_) released_rows = ReleasedQuotaRowsLocked();
     quota_.Prune(federation::SatSub(now, kFinishedSliceKeepMs));
     for (auto it = slices_.begin(); it != slices_.end();) {
       Slice& s = it->second;
@@ -1226,6 +1237,7 @@ void Participant::Sweep() {
     ledger_.CheckInvariants();
     stale = StaleAllocsLocked();
   }
+  DeleteQuotaRows(released_rows);
   for (const auto& a : stale) backend_->Release(a);
   if (changed && on_change_) on_change_();
 }

@@ -181,7 +181,10 @@ class Participant {
   // the sweep deletes released ones. A row written after its hold was
   // released and swept stays until a restart restores it and its lease lapses.
   void PersistQuotaHold(const federation::QuotaHold& h);
-  void ForgetReleasedQuotaHoldsLocked();
+  // Stored rows whose hold is gone (clears quota_dirty_); DeleteQuotaRows
+  // removes them in one transaction, outside mu_.
+  std::vector<std::pair<std::string, uint64_t>> ReleasedQuotaRowsLocked();
+  void DeleteQuotaRows(const std::vector<std::pair<std::string, uint64_t>>& released);
   std::string LogPath(const std::string& job, uint32_t attempt, uint32_t rank) const;
   absl::Status WriteLogOwner(const std::string& job, const std::string& from);
   static uint32_t LatestAttempt(const std::string& job_dir);

@@ -336,6 +336,23 @@ absl::Status Store::DeleteKv(const std::string& key) {
   return absl::OkStatus();
 }
 
+absl::Status Store::DeleteKvs(const std::vector<std::string>& keys) {
+  if (keys.empty()) return absl::OkStatus();
+  std::lock_guard lock(mu_);
+  if (auto st = Exec("BEGIN IMMEDIATE;"); !st.ok()) return st;
+  for (const auto& key : keys) {
+    SqlStmt s(db_, "DELETE FROM kv WHERE key = ?1;");
+    if (s.ok()) {
+      s.Text(1, key);
+      if (sqlite3_step(s.get()) == SQLITE_DONE) continue;
+    }
+    const std::string err = sqlite3_errmsg(db_);
+    (void)Exec("ROLLBACK;");
+    return absl::InternalError(err);
+  }
+  return Exec("COMMIT;");
+}
+
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> Store::ListKv(
     const std::string& prefix) {
   std::lock_guard lock(mu_);

@@ -64,6 +64,8 @@ class Store {
   absl::StatusOr<std::optional<std::string>> GetKv(const std::string& key);
   absl::Status PutKv(const std::string& key, const std::string& value);
   absl::Status DeleteKv(const std::string& key);
+  // Several keys in one transaction: one fsync, not one per key.
+  absl::Status DeleteKvs(const std::vector<std::string>& keys);
   // Every (key, value) whose key starts with `prefix`.
   absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ListKv(const std::string& prefix);
 

@@ -54,6 +54,11 @@ TEST(Store, KvRowsAreListedByPrefixAndDeleted) {
   ASSERT_TRUE((*store)->DeleteKv("never-there").ok());
   EXPECT_EQ((*store)->ListKv("quota_hold/")->size(), 1u);
   EXPECT_FALSE((*store)->GetKv("quota_hold/j-1/5")->has_value());
+  // Several at once, in one transaction; a missing key is no error.
+  ASSERT_TRUE((*store)->DeleteKvs({"quota_hold/j-2/6", "quota_holdx", "never-there"}).ok());
+  EXPECT_EQ((*store)->ListKv("quota_hol")->size(), 1u) << "only quota_hol is left";
+  EXPECT_TRUE((*store)->GetKv("a%_")->has_value()) << "keys not named stay";
+  ASSERT_TRUE((*store)->DeleteKvs({}).ok());
 }
 
 // A job may have two slices at one site (an old epoch still stopping while
