@@ -98,6 +98,9 @@ echo "site: \"site-b\" $K" | peer status 05 SliceStatusRequest
 echo 'site: "site-b" job_id: "j-00000000000000aa" rank: 0 offset: 0 max_bytes: 65536' |
   peer readlog 06 ReadLogRequest
 echo "site: \"site-c\" $K" | peer abort_other_site 84 AbortRequest
+echo 'site: "site-b" transport: "tcp" streams: 4' | peer open_bench 7d OpenBenchRequest
+echo 'site: "site-b" since_unix_ms: 0 until_unix_ms: 1800000000000 tenant: "vision"' |
+  peer list_usage 7e ListUsageRequest
 K2='key { job_id: "j-00000000000000bb" attempt: 1 epoch: 9 }'
 echo "site: \"site-b\" $K2 quota_gpus { key: \"A100-80GB\" value: 2 } tenant: \"vision\" hold_ttl_ms: 1000" |
   peer prepare_quota_only 02 PrepareRequest

@@ -1,6 +1,8 @@
 // Every peer-facing handler behind mTLS, fed what a hostile (but
-// authenticated) peer could send: the first byte picks the handler and the
-// calling site, the rest is the serialized request. A fresh Participant per
+// authenticated) peer could send: the first byte picks the handler (0
+// Handshake, 1 Advertise, 0x7d OpenBench, 0x7e ListUsage, others the
+// participant's calls by value % 6) and, by its high bit, the calling site;
+// the rest is the serialized request. A fresh Participant per
 // input (a commit that matches its hold starts only /bin/true), one
 // GatewayCore for the whole run (ads accumulate as they would in a gateway).
 #include <cstddef>
@@ -15,6 +17,7 @@
 #include "gateway/peering/core.h"
 #include "gateway/ops/metrics.h"
 #include "gateway/jobs/participant.h"
+#include "gateway/peering/bench_host.h"
 #include "gateway/store/store.h"
 #include "tests/fuzz/quiet.h"
 #include "tests/fuzz/step_clock.h"
@@ -83,6 +86,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 1: {
       v1::AdvertiseRequest req;
       if (Parse(data, size, &req)) (void)w->core->Advertise(peer, req);
+      break;
+    }
+    case 0x7d: {
+      // At most BenchHost::kMaxOpen real one-time listeners are open at once.
+      static auto* bench = new gateway::BenchHost();
+      v1::OpenBenchRequest req;
+      if (Parse(data, size, &req)) (void)bench->Open(from, req);
+      break;
+    }
+    case 0x7e: {
+      // Backed by the store, so the usage query runs against SQLite.
+      static auto* usage = new gateway::Participant(w->config, &w->clock, w->store.get());
+      v1::ListUsageRequest req;
+      if (Parse(data, size, &req)) (void)usage->ListUsage(from, req);
       break;
     }
     default: {
