@@ -24,6 +24,8 @@ namespace {
 
 struct Usage {
   double rss_mib = 0;
+  double anon_mib = 0;  // heap and stacks: what state growth shows in
+  double file_mib = 0;  // mapped code and libraries, paged in on first use
   int fds = 0;
   int threads = 0;
 };
@@ -34,6 +36,8 @@ Usage Measure(pid_t pid) {
   std::string line;
   while (std::getline(in, line)) {
     if (line.rfind("VmRSS:", 0) == 0) u.rss_mib = std::stod(line.substr(6)) / 1024.0;
+    if (line.rfind("RssAnon:", 0) == 0) u.anon_mib = std::stod(line.substr(8)) / 1024.0;
+    if (line.rfind("RssFile:", 0) == 0) u.file_mib = std::stod(line.substr(8)) / 1024.0;
     if (line.rfind("Threads:", 0) == 0) u.threads = std::stoi(line.substr(8));
   }
   if (DIR* d = opendir(("/proc/" + std::to_string(pid) + "/fd").c_str())) {
@@ -143,6 +147,12 @@ int main(int argc, char** argv) {
   for (const auto& s : sites) {
     std::printf("%s %+.1f%%  ", s.c_str(),
                 (end[s].rss_mib - warm[s].rss_mib) / warm[s].rss_mib * 100);
+  }
+  std::printf("\n# RSS split, start -> warm -> end (MiB): ");
+  for (const auto& s : sites) {
+    std::printf("%s anon %.1f->%.1f->%.1f file %.1f->%.1f->%.1f  ", s.c_str(), start[s].anon_mib,
+                warm[s].anon_mib, end[s].anon_mib, start[s].file_mib, warm[s].file_mib,
+                end[s].file_mib);
   }
   std::printf("\n# site-a's SQLite heap (page caches): %.1f MiB at the start, %.1f MiB at the end\n",
               sqlite0, sqlite1);
