@@ -11,6 +11,8 @@ namespace fedgate::federation {
 namespace {
 
 constexpr size_t kGreedySeeds = 8;
+// The exact search's pair table is n*n doubles: 700 sites, 3.9 MB.
+constexpr int kMaxMemoSites = 700;
 
 struct Eligible {
   std::string site;
@@ -166,7 +168,11 @@ PlacementResult PlaceByIndex(const JobRequest& job, const std::vector<SiteOffer>
     double combos = 1;
     for (int i = 0; i < k; ++i) combos = combos * (n - i) / (i + 1);
     if (combos <= static_cast<double>(exact_budget)) {
-      if (k >= 2 && memo.empty()) memo.assign(static_cast<size_t>(n) * n, kNotLooked);
+      // (a k-site job on nearly all of many sites also searches exactly, but
+      // visits few pairs: no table then)
+      if (k >= 2 && memo.empty() && n <= kMaxMemoSites) {
+        memo.assign(static_cast<size_t>(n) * n, kNotLooked);
+      }
       std::vector<int> idx(k);
       std::function<void(int, int)> rec = [&](int start, int depth) {
         if (depth == k) {

@@ -65,13 +65,17 @@ int FreePort() {
   const auto [lo, hi] = ReservablePorts();
   const std::filesystem::path dir = "/tmp/fedgate-test-ports";
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
+  // Shared by every user's test runs, like /tmp itself.
+  if (std::filesystem::create_directories(dir, ec)) {
+    std::filesystem::permissions(
+        dir, std::filesystem::perms::all | std::filesystem::perms::sticky_bit, ec);
+  }
   std::mt19937 rng(static_cast<unsigned>(::getpid()) ^ std::random_device{}());
   for (int attempt = 0; attempt < 4 * (hi - lo); ++attempt) {
     const int port = lo + static_cast<int>(rng() % static_cast<unsigned>(hi - lo + 1));
     if (mine.contains(port)) continue;
     const std::string path = (dir / std::to_string(port)).string();
-    const int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0666);
+    const int fd = ::open(path.c_str(), O_CREAT | O_RDONLY | O_CLOEXEC, 0666);
     if (fd < 0) continue;
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0 || !Bindable(port)) {
       ::close(fd);
@@ -200,7 +204,11 @@ std::string TestFederation::work_root() const {
 std::string TestFederation::shared_dir() {
   const std::string dir = work_root() + "/shared";
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
+  // Shared by every user's test runs, like /tmp itself.
+  if (std::filesystem::create_directories(dir, ec)) {
+    std::filesystem::permissions(
+        dir, std::filesystem::perms::all | std::filesystem::perms::sticky_bit, ec);
+  }
   std::filesystem::permissions(dir, std::filesystem::perms::all | std::filesystem::perms::sticky_bit,
                                std::filesystem::perm_options::replace, ec);
   return dir;
