@@ -564,10 +564,29 @@ void Coordinator::RenewPass() {
     w->run.ParseFromString(w->job.run);
     const int asked = w->run.sites_size() + (QuotaOnly(w->run) ? 1 : 0);
     w->answers.assign(asked, absl::UnavailableError("not asked: the site is down"));
+    // A quota-only home whose job ran only here: ask it after this site's
+    // own answers (inline, no wait), and not at all when they say the job
+    // ended (it is released next). A short job then costs the home one
+    // call fewer; a job still running, or never committed, asks as before.
+    const bool all_here = std::all_of(w->run.sites().begin(), w->run.sites().end(),
+                                      [&](const v1::SiteRun& r) {
+                                        return r.site() == core_->config().site;
+                                      });
+    const bool home_after_local = QuotaOnly(w->run) && all_here;
     for (int i = 0; i < asked; ++i) {
       const std::string& site =
           i < w->run.sites_size() ? w->run.sites(i).site() : w->run.quota_site();
       if (down.contains(site)) continue;
+      if (home_after_local && i == w->run.sites_size()) {
+        bool ended = true;
+        for (int k = 0; k < w->run.sites_size(); ++k) {
+          const auto& a = w->answers[k];
+          ended = ended && a.ok() &&
+                  (a->state() == v1::SliceStatusResponse::SUCCEEDED ||
+                   a->state() == v1::SliceStatusResponse::FAILED);
+        }
+        if (ended) continue;
+      }
       v1::SliceStatusRequest req;
       *req.mutable_key() = Key(w->job, w->run.epoch());
       req.set_lease_ms(lease_ms_);
@@ -579,10 +598,10 @@ void Coordinator::RenewPass() {
                                      latch.Done();
                                    });
       };
-      if (site == core_->config().site) {
+      if (site == core_->config().site && !home_after_local) {
         local.push_back(std::move(call));
       } else {
-        call();
+        call();  // remote, or local ahead of its home (inline: answered on return)
       }
     }
     work.push_back(std::move(w));

@@ -207,6 +207,37 @@ TEST_F(GovernanceTest, TimeLimitStopsAnOverrunningJob) {
   EXPECT_NE(bad.err.find("time_limit"), std::string::npos) << bad.err;
 }
 
+// A job that ran only at its coordinator's site, with its quota held at a
+// home elsewhere: once the job's own site says it ended, the renewal does not
+// also ask the home about it (the quota is released next).
+TEST_F(GovernanceTest, AHomeIsNotAskedAboutShortJobsThatEndedWhereTheyRan) {
+  AddSite("site-a", {"site-b"}, 1, "A100-80GB", "tenants:\n  - {name: vision, gpus: 100}\n");
+  AddSite("site-b", {"site-a"}, 8);
+  fed_.StartAll();
+  ASSERT_TRUE(Eventually([&] { return fed_.Converged({"site-a", "site-b"}); }, 15000));
+  ASSERT_TRUE(Eventually([&] { return Alice("site-b", {"quota", "get"}).exit_code == 0; }, 10000));
+  constexpr int kJobs = 6;
+  std::vector<std::string> ids;
+  for (int i = 0; i < kJobs; ++i) {
+    ids.push_back(Submit("site-b", "name: s\ngpus: 1\nallowed_sites: [site-b]\ncommand: [true]\n"));
+  }
+  for (const auto& id : ids) {
+    ASSERT_TRUE(WaitState("site-b", id, v1::Job::SUCCEEDED, 30000)) << Get("site-b", id).reason();
+  }
+  EXPECT_TRUE(Eventually(
+      [&] { return Alice("site-b", {"quota", "get"}).out.find("\"used_gpus\":0") != std::string::npos; },
+      10000))
+      << "the quota is released";
+  auto handled = [&](const char* method) {
+    return Metric(fed_.ops_port("site-a"),
+                  std::string("fedgate_peer_rpc_handled_total{method=\"") + method + "\"}");
+  };
+  EXPECT_EQ(handled("Prepare"), kJobs) << "every job held quota at its home";
+  // A renewal pass that finds a job still running asks the home (at most a
+  // few of these ms-long jobs); before, the pass that saw each end did too.
+  EXPECT_LE(handled("SliceStatus"), kJobs / 2);
+}
+
 TEST_F(GovernanceTest, AQuotaHoldOfACoordinatorKilledBeforeItsCommitsIsCommittedAtRestart) {
   // site-a is vision's home and site-b runs the ranks; site-c coordinates
   // and is killed between its durable decision and its commits (whose quota
