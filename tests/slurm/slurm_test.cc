@@ -90,7 +90,7 @@ TEST_F(SlurmTest, ASlurmSiteRunsStitchedJobsAndFollowsSlurm) {
   {
     SCOPED_TRACE("GPUs taken by Slurm's own users are not advertised");
     auto sb = slurm.Run({"sbatch", "-p", "gpu", "-w", "sl-1", "--gres=gpu:a100:2", "-J", "local",
-                         "--wrap", "sleep 60"});
+                         "--output=/dev/null", "--wrap", "sleep 60"});
     ASSERT_EQ(sb.exit_code, 0) << sb.err;
     EXPECT_TRUE(Eventually([&] { return Free("site-a", "site-s") == 2; }, 10000))
         << Free("site-a", "site-s");
