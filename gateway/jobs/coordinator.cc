@@ -168,7 +168,8 @@ void Coordinator::PlacePass() {
                              j.created_at_unix_ms, {}};
       q.models.assign(j.spec.gpu_models().begin(), j.spec.gpu_models().end());
       sched.Enqueue(q);
-      pending[j.id] = j;
+      std::string id = j.id;
+      pending.emplace(std::move(id), std::move(j));  // moved: a pass holds one copy of each job
     } else if (j.state == JobState::kRunning) {
       // Its estimated end, from the reservation's epoch (the time it was
       // placed, in ms); GPUs of unknown model count for any waiting job.
