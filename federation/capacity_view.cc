@@ -89,6 +89,17 @@ v1::GetCapacityResponse BuildCapacityView(const std::string& self_site,
                                           const std::vector<StoredAd>& ads, int64_t now_ms,
                                           const FreeGpus& local_free,
                                           const NodeExtras& local_extras) {
+  std::vector<const StoredAd*> refs;
+  refs.reserve(ads.size());
+  for (const auto& a : ads) refs.push_back(&a);
+  return BuildCapacityView(self_site, local_nodes, refs, now_ms, local_free, local_extras);
+}
+
+v1::GetCapacityResponse BuildCapacityView(const std::string& self_site,
+                                          const std::vector<Node>& local_nodes,
+                                          const std::vector<const StoredAd*>& ads, int64_t now_ms,
+                                          const FreeGpus& local_free,
+                                          const NodeExtras& local_extras) {
   std::vector<v1::SiteCapacity> sites;
   {
     v1::SiteCapacity local;
@@ -103,10 +114,10 @@ v1::GetCapacityResponse BuildCapacityView(const std::string& self_site,
     FlushModels(&local, models);
     sites.push_back(std::move(local));
   }
-  for (const auto& stored : ads) {
-    const auto& ad = stored.ad;
+  for (const StoredAd* stored : ads) {
+    const auto& ad = stored->ad;
     if (ad.origin() == self_site || ad.withdrawn()) continue;
-    const bool down = Silent(stored, now_ms);
+    const bool down = Silent(*stored, now_ms);
     v1::SiteCapacity s;
     s.set_site(ad.origin());
     s.set_state(down ? v1::SiteCapacity::down : v1::SiteCapacity::up);
@@ -129,7 +140,7 @@ v1::GetCapacityResponse BuildCapacityView(const std::string& self_site,
 
 std::vector<SiteOffer> BuildOffers(const std::string& self_site,
                                    const std::vector<Node>& local_nodes,
-                                   const std::vector<StoredAd>& ads, int64_t now_ms,
+                                   const std::vector<const StoredAd*>& ads, int64_t now_ms,
                                    const FreeGpus& local_free, const NodeExtras& local_extras,
                                    const OfferFor& whom) {
   std::vector<SiteOffer> out;
@@ -142,10 +153,10 @@ std::vector<SiteOffer> BuildOffers(const std::string& self_site,
                                    n.gpus, whom)});
   }
   out.push_back(std::move(local));
-  for (const auto& stored : ads) {
-    const auto& ad = stored.ad;
+  for (const StoredAd* stored : ads) {
+    const auto& ad = stored->ad;
     if (ad.origin() == self_site || ad.withdrawn()) continue;
-    SiteOffer o{ad.origin(), !Silent(stored, now_ms), {}};
+    SiteOffer o{ad.origin(), !Silent(*stored, now_ms), {}};
     for (const auto& n : ad.nodes()) {
       o.nodes.push_back({n.name(), n.gpu_model(), n.gpu_memory_gib(),
                          Offered(n.free_gpus(), n.preemptible_gpus(),

@@ -42,6 +42,12 @@ struct OfferFor {
 // left out; a silent origin is "down" and offers 0 free GPUs.
 v1::GetCapacityResponse BuildCapacityView(const std::string& self_site,
                                           const std::vector<Node>& local_nodes,
+                                          const std::vector<const StoredAd*>& ads, int64_t now_ms,
+                                          const FreeGpus& local_free = {},
+                                          const NodeExtras& local_extras = {});
+// The same over copies of the ads.
+v1::GetCapacityResponse BuildCapacityView(const std::string& self_site,
+                                          const std::vector<Node>& local_nodes,
                                           const std::vector<StoredAd>& ads, int64_t now_ms,
                                           const FreeGpus& local_free = {},
                                           const NodeExtras& local_extras = {});
@@ -50,7 +56,7 @@ v1::GetCapacityResponse BuildCapacityView(const std::string& self_site,
 // non-withdrawn ad; a silent origin is offered as down.
 std::vector<SiteOffer> BuildOffers(const std::string& self_site,
                                    const std::vector<Node>& local_nodes,
-                                   const std::vector<StoredAd>& ads, int64_t now_ms,
+                                   const std::vector<const StoredAd*>& ads, int64_t now_ms,
                                    const FreeGpus& local_free = {},
                                    const NodeExtras& local_extras = {}, const OfferFor& whom = {});
 

@@ -341,6 +341,7 @@ absl::Status GatewayCore::RemovePeer(const std::string& site) {
     if (auto st = store_->DeletePeer(site); !st.ok() && !absl::IsNotFound(st)) return st;
     if (auto st = peers_.Remove(site); !st.ok()) return st;
     own_links_.erase(site);
+    ++own_links_gen_;
     // Its tenants are no longer governed by a site that left the federation.
     if (std::erase_if(known_homes_, [&](const auto& kv) { return kv.second.home() == site; }) > 0) {
       PersistHomesLocked();
@@ -355,7 +356,7 @@ absl::Status GatewayCore::RemovePeer(const std::string& site) {
 
 v1::GetCapacityResponse GatewayCore::Capacity() {
   std::lock_guard lock(mu_);
-  return federation::BuildCapacityView(config_.site, inventory_->Nodes(), ads_.Fresh(),
+  return federation::BuildCapacityView(config_.site, inventory_->Nodes(), ads_.FreshRefs(),
                                        clock_->NowMs(), LocalFree(), LocalExtras());
 }
 
@@ -486,19 +487,30 @@ void GatewayCore::RecordLink(const v1::Link& link) {
   {
     std::lock_guard lock(mu_);
     own_links_[link.to()] = link;
+    ++own_links_gen_;
   }
   // A new measurement travels in the next ad: issue it now.
   (void)Tick();
 }
 
-federation::LinkMatrix GatewayCore::LinksLocked() {
+const federation::LinkMatrix& GatewayCore::LinksLocked() {
+  // The ads it reads are the same when the store's version is (every
+  // accepted ad bumps it) and the same ads are still fresh (expiry drops
+  // some without a bump); a link's age is judged when it is read.
+  auto fresh = ads_.FreshRefs();
+  auto& c = links_cache_;
+  if (c.links && c.ads_version == ads_.version() && c.own_links_gen == own_links_gen_ &&
+      c.fresh == fresh) {
+    return *c.links;
+  }
   federation::LinkMatrix m(config_.bench_link_max_age_ms);
   for (const auto& [to, link] : own_links_) m.Merge(link);
-  for (const federation::StoredAd* stored : ads_.FreshRefs()) {
+  for (const federation::StoredAd* stored : fresh) {
     if (stored->ad.origin() == config_.site || stored->ad.withdrawn()) continue;
     m.MergeAll(stored->ad.links());
   }
-  return m;
+  c = {ads_.version(), own_links_gen_, std::move(fresh), std::move(m)};
+  return *c.links;
 }
 
 v1::ListLinksResponse GatewayCore::ListLinks() {
@@ -584,8 +596,7 @@ absl::StatusOr<v1::PlanResponse> GatewayCore::Plan(const v1::JobSpec& raw,
                                                    const federation::OfferFor& whom) {
   std::lock_guard lock(mu_);
   const int64_t now = clock_->NowMs();
-  const auto ads = ads_.Fresh();
-  const auto offers = federation::BuildOffers(config_.site, inventory_->Nodes(), ads, now,
+  const auto offers = federation::BuildOffers(config_.site, inventory_->Nodes(), ads_.FreshRefs(), now,
                                               LocalFree(), LocalExtras(), whom);
   std::set<std::string> models;
   for (const auto& o : offers) {
@@ -593,7 +604,7 @@ absl::StatusOr<v1::PlanResponse> GatewayCore::Plan(const v1::JobSpec& raw,
   }
   if (auto st = federation::ValidateJobSpec(raw, models); !st.ok()) return st;
   const v1::JobSpec spec = federation::WithDefaults(raw);
-  const federation::LinkMatrix links = LinksLocked();
+  const federation::LinkMatrix& links = LinksLocked();
   std::vector<std::optional<uint32_t>> ids;
   ids.reserve(offers.size());
   for (const auto& o : offers) ids.push_back(links.SiteId(o.site));
@@ -723,7 +734,7 @@ void GatewayCore::UpdateGaugesLocked() {
   }
   metrics_->SetFamily("fedgate_peer_up", up);
   std::vector<std::pair<Labels, double>> gpus;
-  const auto view = federation::BuildCapacityView(config_.site, inventory_->Nodes(), ads_.Fresh(),
+  const auto view = federation::BuildCapacityView(config_.site, inventory_->Nodes(), ads_.FreshRefs(),
                                                   clock_->NowMs(), LocalFree());
   for (const auto& s : view.sites()) {
     for (const auto& m : s.models()) {

@@ -141,8 +141,10 @@ class GatewayCore {
   void UpdateGaugesLocked();
   // Stamps this site's ad with its incarnation and endpoint, signs it, stores it.
   void PublishLocked(v1::CapacityAd ad);
-  // The bandwidth matrix now: own probes plus links carried in fresh ads.
-  federation::LinkMatrix LinksLocked();
+  // Every link known (own measurements and fresh peers' ads), rebuilt only
+  // when those change: a placement pass plans once per pending job. Valid
+  // while mu_ is held.
+  const federation::LinkMatrix& LinksLocked();
 
   Config config_;
   const federation::Clock* clock_;
@@ -160,6 +162,12 @@ class GatewayCore {
   AdAuthority* ad_authority_ = nullptr;
   std::shared_ptr<RevocationList> revocation_;
   std::map<std::string, v1::Link> own_links_;  // by destination site
+  uint64_t own_links_gen_ = 0;                  // bumped on every change
+  struct LinksCache {
+    uint64_t ads_version = 0, own_links_gen = 0;
+    std::vector<const federation::StoredAd*> fresh;  // the ads it was built from
+    std::optional<federation::LinkMatrix> links;
+  } links_cache_;
   std::function<void()> peers_changed_;
   std::function<std::map<std::string, uint32_t>()> free_fn_;
   std::function<federation::NodeExtras()> extras_fn_;

@@ -20,7 +20,7 @@ std::vector<Node> Nodes() {
 }
 
 TEST(CapacityView, LocalSiteFirstClassAndModelsSummed) {
-  auto view = BuildCapacityView("cn-shanghai", Nodes(), {}, 1000);
+  auto view = BuildCapacityView("cn-shanghai", Nodes(), std::vector<StoredAd>{}, 1000);
   ASSERT_EQ(view.sites_size(), 1);
   const auto& s = view.sites(0);
   EXPECT_EQ(s.state(), v1::SiteCapacity::local);
