@@ -3,50 +3,17 @@
 // next plan or listing (real GatewayCore and store, FakeClock).
 #include <gtest/gtest.h>
 
-#include <fstream>
-
 #include "federation/capacity_view.h"
-#include "federation/inventory.h"
-#include "gateway/app/config.h"
-#include "gateway/ops/metrics.h"
-#include "gateway/peering/core.h"
-#include "gateway/store/store.h"
-#include "tests/support/fake_clock.h"
-#include "tests/support/temp_dir.h"
+#include "tests/support/test_core.h"
 
 namespace fedgate::testing {
 namespace {
 
 constexpr int64_t kTtlMs = 10000;
 
-v1::Link LinkTo(const std::string& from, const std::string& to, double gbps, int64_t at) {
-  v1::Link l;
-  l.set_from(from);
-  l.set_to(to);
-  l.set_gbps(gbps);
-  l.set_measured_at_unix_ms(at);
-  return l;
-}
-
 class CorePlanTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    for (const char* f : {"ca.pem", "cert.pem", "key.pem"}) std::ofstream(dir_ / f) << "x";
-    auto cfg = gateway::ParseConfig(
-        "site: site-a\nfederation: aidc\nlisten: {grpc: 127.0.0.1:1}\n"
-        "tls: {ca: ca.pem, cert: cert.pem, key: key.pem}\ndata_dir: data\n"
-        "inventory:\n  nodes:\n    - {name: a-n1, address: 127.0.0.1, gpu_model: A100-80GB, "
-        "gpus: 2}\nbench: {link_max_age: 60s}\n",
-        dir_.path(), "fedgate.yaml");
-    ASSERT_TRUE(cfg.ok()) << cfg.status();
-    auto store = gateway::Store::Open(cfg->data_dir);
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = std::move(*store);
-    core_ = std::make_unique<gateway::GatewayCore>(
-        *cfg, &clock_, store_.get(), std::make_unique<federation::StaticInventory>(cfg->nodes),
-        &metrics_);
-    ASSERT_TRUE(core_->Init().ok());
-  }
+  void SetUp() override { ASSERT_NO_FATAL_FAILURE(t_.Start("60s")); }
 
   // `site` advertises `gpus` free GPUs (and links) at seq `seq`.
   void Advertise(const std::string& site, uint64_t seq, const std::vector<v1::Link>& links = {},
@@ -86,11 +53,9 @@ class CorePlanTest : public ::testing::Test {
     return out;
   }
 
-  TempDir dir_;
-  FakeClock clock_;
-  gateway::Metrics metrics_;
-  std::unique_ptr<gateway::Store> store_;
-  std::unique_ptr<gateway::GatewayCore> core_;
+  TestCore t_;
+  FakeClock& clock_ = t_.clock;
+  std::unique_ptr<gateway::GatewayCore>& core_ = t_.core;
 };
 
 TEST_F(CorePlanTest, EveryChangeOfLinksOrAdsReachesTheNextPlanOrListing) {
@@ -99,24 +64,24 @@ TEST_F(CorePlanTest, EveryChangeOfLinksOrAdsReachesTheNextPlanOrListing) {
   }
   Advertise("site-b", 1);
   Advertise("site-c", 1);
-  core_->RecordLink(LinkTo("site-a", "site-b", 10, clock_.NowMs()));
-  core_->RecordLink(LinkTo("site-a", "site-c", 1, clock_.NowMs()));
+  core_->RecordLink(MakeLink("site-a", "site-b", 10, clock_.NowMs()));
+  core_->RecordLink(MakeLink("site-a", "site-c", 1, clock_.NowMs()));
   EXPECT_EQ(PeerChosen(), "site-b") << "the faster link";
   EXPECT_EQ(PeerChosen(), "site-b") << "the same again, from the kept matrix";
 
   // A new own measurement.
-  core_->RecordLink(LinkTo("site-a", "site-c", 40, clock_.NowMs()));
+  core_->RecordLink(MakeLink("site-a", "site-c", 40, clock_.NowMs()));
   EXPECT_EQ(PeerChosen(), "site-c");
 
   // A peer's new ad carrying a newer measurement of the same pair.
   clock_.Advance(1000);
-  Advertise("site-c", 2, {LinkTo("site-c", "site-a", 0.5, clock_.NowMs())});
+  Advertise("site-c", 2, {MakeLink("site-c", "site-a", 0.5, clock_.NowMs())});
   EXPECT_EQ(PeerChosen(), "site-b") << "site-c's newer measurement of the pair wins";
 
   // An ad that expires while no other ad arrives (the store's version does
   // not move) takes its links with it. site-d offers no GPUs; its ad lives
   // 3 s, and the links' own age limit is 60 s.
-  Advertise("site-d", 1, {LinkTo("site-d", "site-a", 7, clock_.NowMs())}, 0, 3000);
+  Advertise("site-d", 1, {MakeLink("site-d", "site-a", 7, clock_.NowMs())}, 0, 3000);
   auto listed = [&] {
     const auto resp = core_->ListLinks();
     for (const auto& l : resp.links()) {

@@ -4,16 +4,13 @@
 
 #include <random>
 
+#include "tests/support/make_link.h"
+
 namespace fedgate::federation {
 namespace {
 
 v1::Link L(const std::string& from, const std::string& to, double gbps, int64_t at) {
-  v1::Link l;
-  l.set_from(from);
-  l.set_to(to);
-  l.set_gbps(gbps);
-  l.set_measured_at_unix_ms(at);
-  return l;
+  return testing::MakeLink(from, to, gbps, at);
 }
 
 TEST(LinkMatrix, NewestWinsAndOldLinksAreUnknown) {
