@@ -134,9 +134,10 @@ int main(int argc, char** argv) {
     if (a == "--jobs") jobs = std::atoi(argv[i + 1]);
     if (a == "--rounds") rounds = std::atoi(argv[i + 1]);
   }
-  // This host slows down over a burst of runs (its fsyncs get slower: the
-  // same mode measured 112, 79 and 63 placements/s in three runs back to
-  // back), so a fixed order favours whichever mode runs first. The modes
+  // This host slows down over a burst of runs (the same mode measured 112,
+  // 79 and 63 placements/s in three runs back to back; its CPU, spawn and
+  // fsync rates held steady meanwhile), so a fixed order favours whichever
+  // mode runs first, and idle time brings the speed back. The modes
   // run in the order off on on off, on off off on, which gives each mode the
   // same share of early and late slots; the ratio is of their mean rates.
   const bool order[] = {false, true, true, false, true, false, false, true};

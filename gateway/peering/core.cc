@@ -596,8 +596,9 @@ absl::StatusOr<v1::PlanResponse> GatewayCore::Plan(const v1::JobSpec& raw,
                                                    const federation::OfferFor& whom) {
   std::lock_guard lock(mu_);
   const int64_t now = clock_->NowMs();
-  const auto offers = federation::BuildOffers(config_.site, inventory_->Nodes(), ads_.FreshRefs(), now,
-                                              LocalFree(), LocalExtras(), whom);
+  const auto offers = federation::BuildOffers(config_.site, inventory_->Nodes(),
+                                              ads_.FreshRefs(), now, LocalFree(), LocalExtras(),
+                                              whom);
   std::set<std::string> models;
   for (const auto& o : offers) {
     for (const auto& n : o.nodes) models.insert(n.gpu_model);
@@ -734,8 +735,8 @@ void GatewayCore::UpdateGaugesLocked() {
   }
   metrics_->SetFamily("fedgate_peer_up", up);
   std::vector<std::pair<Labels, double>> gpus;
-  const auto view = federation::BuildCapacityView(config_.site, inventory_->Nodes(), ads_.FreshRefs(),
-                                                  clock_->NowMs(), LocalFree());
+  const auto view = federation::BuildCapacityView(config_.site, inventory_->Nodes(),
+                                                  ads_.FreshRefs(), clock_->NowMs(), LocalFree());
   for (const auto& s : view.sites()) {
     for (const auto& m : s.models()) {
       gpus.push_back({{{"site", s.site()}, {"model", m.model()}, {"state", "free"}},
