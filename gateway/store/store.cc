@@ -327,22 +327,16 @@ absl::Status Store::PutKv(const std::string& key, const std::string& value) {
   return absl::OkStatus();
 }
 
-absl::Status Store::DeleteKv(const std::string& key) {
-  std::lock_guard lock(mu_);
-  SqlStmt s(db_, "DELETE FROM kv WHERE key = ?1;");
-  if (!s.ok()) return absl::InternalError(sqlite3_errmsg(db_));
-  s.Text(1, key);
-  if (sqlite3_step(s.get()) != SQLITE_DONE) return absl::InternalError(sqlite3_errmsg(db_));
-  return absl::OkStatus();
-}
+absl::Status Store::DeleteKv(const std::string& key) { return DeleteKvs({key}); }
 
 absl::Status Store::DeleteKvs(const std::vector<std::string>& keys) {
   if (keys.empty()) return absl::OkStatus();
   std::lock_guard lock(mu_);
   if (auto st = Exec("BEGIN IMMEDIATE;"); !st.ok()) return st;
+  SqlStmt s(db_, "DELETE FROM kv WHERE key = ?1;");
   for (const auto& key : keys) {
-    SqlStmt s(db_, "DELETE FROM kv WHERE key = ?1;");
     if (s.ok()) {
+      sqlite3_reset(s.get());
       s.Text(1, key);
       if (sqlite3_step(s.get()) == SQLITE_DONE) continue;
     }
