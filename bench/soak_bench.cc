@@ -91,6 +91,18 @@ int main(int argc, char** argv) {
     return Metric(fed.ops_port("site-a"), "fedgate_sqlite_memory_bytes") / (1024.0 * 1024.0);
   };
   const double sqlite0 = sqlite_mib();
+  // Live heap against heap held free: tells state growth from fragmentation.
+  struct Heap {
+    double in_use_mib = 0, free_mib = 0;
+  };
+  auto heap = [&] {
+    const int port = fed.ops_port("site-a");
+    constexpr double kMib = 1024.0 * 1024.0;
+    return Heap{Metric(port, "fedgate_heap_bytes{kind=\"in_use\"}") / kMib,
+                Metric(port, "fedgate_heap_bytes{kind=\"free\"}") / kMib};
+  };
+  const Heap heap0 = heap();
+  Heap heap_warm;
 
   const auto t0 = std::chrono::steady_clock::now();
   double warm_s = 0;
@@ -115,6 +127,7 @@ int main(int argc, char** argv) {
     }
     if (warm.empty() && done >= warmup) {
       for (const auto& s : sites) warm[s] = Measure(fed.pid(s));
+      heap_warm = heap();
       warm_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
     std::fprintf(stderr, "\r%d/%d done, %d in flight   ", done, jobs, active);
@@ -126,6 +139,7 @@ int main(int argc, char** argv) {
   std::this_thread::sleep_for(std::chrono::seconds(5));
   for (const auto& s : sites) end[s] = Measure(fed.pid(s));
   const double sqlite1 = sqlite_mib();
+  const Heap heap1 = heap();
   const int succeeded = Count(stub.get(), v1::Job::SUCCEEDED);
 
   std::printf("# soak: %d jobs (true, 1 GPU) through 3 sites coordinated by site-a, %d in flight\n",
@@ -156,6 +170,10 @@ int main(int argc, char** argv) {
   }
   std::printf("\n# site-a's SQLite heap (page caches): %.1f MiB at the start, %.1f MiB at the end\n",
               sqlite0, sqlite1);
+  std::printf("# site-a's malloc heap, start -> warm -> end (MiB): in use %.1f->%.1f->%.1f, "
+              "held free %.1f->%.1f->%.1f\n",
+              heap0.in_use_mib, heap_warm.in_use_mib, heap1.in_use_mib, heap0.free_mib,
+              heap_warm.free_mib, heap1.free_mib);
   std::printf("# target: RSS growth < 10%% and fds within 5 of the start: %s\n",
               ok ? "OK" : "FAILED");
   for (const auto& s : sites) fed.Stop(s, 30000);

@@ -262,6 +262,9 @@ absl::Status Gateway::Start() {
                        "The lease of committed slices.");
     metrics_->Describe("fedgate_sqlite_memory_bytes", "gauge",
                        "Heap held by SQLite (page caches of every connection).");
+    metrics_->Describe("fedgate_heap_bytes", "gauge",
+                       "malloc's heap: bytes in use, and bytes free but still held (kept "
+                       "between live blocks, so not given back to the system).");
     metrics_->Describe("fedgate_jobs", "gauge", "Jobs coordinated here, by state.");
     metrics_->Describe("fedgate_job_scheduling_delay_seconds", "histogram",
                        "Wait from submit to RUNNING, per attempt, by tenant and priority.",
@@ -309,6 +312,10 @@ absl::Status Gateway::Start() {
       m.Set("fedgate_coordinator_worst_renew_gap_seconds", {}, c->worst_renew_gap_ms() / 1000.0);
       m.Set("fedgate_coordinator_lease_seconds", {}, c->lease_ms() / 1000.0);
       m.Set("fedgate_sqlite_memory_bytes", {}, static_cast<double>(sqlite3_memory_used()));
+      const struct mallinfo2 heap = mallinfo2();  // every arena, mmapped blocks included
+      m.SetFamily("fedgate_heap_bytes",
+                  {{{{"kind", "in_use"}}, static_cast<double>(heap.uordblks + heap.hblkhd)},
+                   {{{"kind", "free"}}, static_cast<double>(heap.fordblks)}});
       if (auto counts = js->Count(); counts.ok()) {
         std::vector<std::pair<Labels, double>> by_state;
         for (const auto& [state, n] : counts->by_state) {

@@ -1209,6 +1209,7 @@ void Participant::Sweep() {
         }
         s.released = true;
         s.ended_at_ms = now;
+        s.DropRunningState();
         changed = true;
       }
       // A finished slice is kept while its coordinator may still ask.

@@ -151,6 +151,15 @@ class Participant {
     bool released = false;    // every rank exited and the hold's GPUs are free
     bool reported = false;    // ... and its coordinator has asked since
     int64_t ended_at_ms = 0;  // when released; finished slices are pruned later
+    // A finished slice only answers status calls (state, message, exit
+    // codes): what ran, stopped or preempted its ranks goes, so that the
+    // window of finished slices stays small.
+    void DropRunningState() {
+      for (auto& r : ranks) std::string().swap(r.exit_file);
+      std::vector<std::string>().swap(preempt_files);
+      std::string().swap(cgroup);
+      gpus_by_node.clear();
+    }
   };
   using SliceKey = std::pair<std::string, uint64_t>;  // job id, epoch
   void CleanUpAfterRestart();

@@ -95,6 +95,9 @@ TEST_F(JobsTest, SubmitGetListCancelWithTenantsFromCertificates) {
   EXPECT_EQ(
       Metric(ops, "fedgate_site_gpus{site=\"cn-beijing\",model=\"A100-80GB\",state=\"total\"}"),
       8);
+  // malloc's view of the heap: a running gateway holds some megabytes.
+  EXPECT_GT(Metric(ops, "fedgate_heap_bytes{kind=\"in_use\"}"), 1 << 20);
+  EXPECT_GE(Metric(ops, "fedgate_heap_bytes{kind=\"free\"}"), 0);
 }
 
 TEST_F(JobsTest, BadSpecsAreRefusedAndStoreNothing) {
