@@ -73,10 +73,8 @@ class JobStore {
   // Called on the writer thread after every transaction: its duration
   // (seconds, fsync included) and how many writes it carried.
   void SetOnCommit(std::function<void(double, size_t)> fn) { on_commit_ = std::move(fn); }
-  // Jobs that have not ended (PENDING, RESERVING, RUNNING) with ids after
-  // `after_id`, in id order, at most `limit`.
-  absl::StatusOr<std::vector<JobRecord>> ListActive(const std::string& after_id, int limit);
-  // Every job that has not ended, read page by page.
+  // Every job that has not ended (PENDING, RESERVING, RUNNING), read state
+  // by state, page by page, each in id order.
   absl::StatusOr<std::vector<JobRecord>> ListAllActive(int page = 500);
   // Jobs per state name (every state, zero included), and the creation time
   // of the oldest PENDING job (nullopt when none waits).

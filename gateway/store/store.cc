@@ -52,6 +52,9 @@ const char* const kMigrations[] = {
     // 9: what a restarted gateway needs to re-attach to a slice's ranks
     // (a serialized SliceRecord; empty for rows written before).
     "ALTER TABLE slices ADD COLUMN detail BLOB NOT NULL DEFAULT x'';",
+    // 10: a list filtered by state walks that state's jobs in id order; it
+    // read every job ever stored before, or sorted the active ones.
+    "CREATE INDEX jobs_by_state_id ON jobs(state, id);",
 };
 
 }  // namespace
@@ -82,7 +85,8 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& data_dir) 
   std::unique_ptr<Store> store(new Store(db));
   sqlite3_busy_timeout(db, 5000);
   for (const char* pragma :
-       {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=FULL;", "PRAGMA foreign_keys=ON;"}) {
+       {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=FULL;", "PRAGMA foreign_keys=ON;",
+        kCacheSizePragma}) {
     if (auto st = store->Exec(pragma); !st.ok()) {
       return absl::InternalError(fedgate::StrCat("store ", path, ": ", st.message()));
     }

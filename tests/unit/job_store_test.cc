@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <future>
 #include <set>
 #include <thread>
@@ -154,6 +155,47 @@ TEST_F(JobStoreTest, VersionsFollowEveryWriteAndSurviveAReopen) {
   auto got = jobs_->Get(a->job.id);
   EXPECT_EQ((*got)->version, 3u);
   EXPECT_EQ((*got)->state, JobState::kPending);
+}
+
+TEST_F(JobStoreTest, EachFilterPagesInIdOrderAndKeepsToItsRows) {
+  // Two tenants, every third job of each cancelled.
+  std::set<std::string> cancelled_vision, cancelled_all;
+  for (int i = 0; i < 30; ++i) {
+    auto a = jobs_->Submit(Job(i % 2 ? "vision" : "speech", ""));
+    ASSERT_TRUE(a.ok());
+    if (i % 3 == 0) {
+      JobRecord j = a->job;
+      j.state = federation::JobState::kCancelled;
+      ASSERT_TRUE(jobs_->Save(&j, federation::JobActor::kCaller).ok());
+      cancelled_all.insert(j.id);
+      if (i % 2) cancelled_vision.insert(j.id);
+    }
+  }
+  auto pages = [&](const std::string& tenant, const std::string& state) {
+    std::vector<std::string> ids;
+    std::string after;
+    while (true) {
+      auto rows = jobs_->List(tenant, state, after, 4);
+      EXPECT_TRUE(rows.ok());
+      if (!rows.ok() || rows->empty()) return ids;
+      for (const auto& r : *rows) {
+        EXPECT_TRUE(tenant.empty() || r.tenant == tenant) << r.id;
+        EXPECT_TRUE(state.empty() || federation::JobStateName(r.state) == state) << r.id;
+        ids.push_back(r.id);
+      }
+      after = rows->back().id;
+    }
+  };
+  const auto all = pages("", ""), vision = pages("vision", ""), by_state = pages("", "CANCELLED"),
+             both = pages("vision", "CANCELLED");
+  for (const auto* ids : {&all, &vision, &by_state, &both}) {
+    EXPECT_TRUE(std::is_sorted(ids->begin(), ids->end()));
+  }
+  EXPECT_EQ(all.size(), 30u);
+  EXPECT_EQ(vision.size(), 15u);
+  EXPECT_EQ(std::set<std::string>(by_state.begin(), by_state.end()), cancelled_all);
+  EXPECT_EQ(std::set<std::string>(both.begin(), both.end()), cancelled_vision);
+  EXPECT_EQ(jobs_->ListAllActive(/*page=*/3)->size(), 30u - cancelled_all.size());
 }
 
 TEST_F(JobStoreTest, ListAllActivePagesPastAnyLimit) {
