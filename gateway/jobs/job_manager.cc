@@ -163,10 +163,12 @@ absl::StatusOr<v1::ListJobsResponse> JobManager::List(const Identity& caller,
   auto rows = store_->List(tenant, state, req.page_token(), limit + 1);
   if (!rows.ok()) return rows.status();
   v1::ListJobsResponse resp;
+  if (static_cast<int>(rows->size()) > limit) resp.set_next_page_token((*rows)[limit - 1].id);
+  // Each row goes once converted: a page of 1000 jobs is not held twice.
   for (int i = 0; i < static_cast<int>(rows->size()) && i < limit; ++i) {
     *resp.add_jobs() = ToProto((*rows)[i], false);
+    (*rows)[i] = JobRecord();
   }
-  if (static_cast<int>(rows->size()) > limit) resp.set_next_page_token((*rows)[limit - 1].id);
   return resp;
 }
 
