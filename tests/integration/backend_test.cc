@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <set>
 #include <thread>
 
@@ -119,9 +120,24 @@ TEST_F(BackendTest, AStopKillsTheWholeSliceCgroupEvenEscapedProcesses) {
       },
       5000));
   ASSERT_EQ(::kill(static_cast<pid_t>(stray), 0), 0) << "the escaped process runs";
+  // The slice has its own cgroup, and it goes with the slice.
+  const std::string log = fed_.log("site-a");
+  const size_t at = log.find("cgroup v2 at ") + 13;
+  const std::string root = log.substr(at, log.find(':', at) - at);
+  auto slice_cgroups = [&] {
+    int n = 0;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
+      n += e.path().filename().string().rfind(id + "-", 0) == 0;
+    }
+    return n;
+  };
+  ASSERT_EQ(slice_cgroups(), 1) << "under " << root;
   ASSERT_EQ(Alice("site-a", {"jobs", "cancel", id}).exit_code, 0);
   EXPECT_TRUE(Eventually([&] { return ::kill(static_cast<pid_t>(stray), 0) != 0; }, 10000))
       << "a process that left the rank's process group dies with the slice's cgroup";
+  EXPECT_TRUE(Eventually([&] { return slice_cgroups() == 0; }, 10000))
+      << slice_cgroups() << " cgroup(s) of job " << id << " left under " << root;
 }
 
 TEST_F(BackendTest, ConcurrentJobsNeverShareAMasterPort) {

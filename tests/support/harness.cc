@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "gateway/exec/cgroup.h"
 #include "gateway/security/tls.h"
 
 namespace fedgate::testing {
@@ -193,7 +194,40 @@ TestFederation::~TestFederation() {
     if (group > 1) ::kill(-group, SIGKILL);
     ::kill(pid, SIGKILL);
   }
+  RemoveSliceCgroups();
   std::filesystem::remove_all(root, ec);
+}
+
+void TestFederation::RemoveSliceCgroups() {
+  std::string mount;  // the first cgroup2 mount, as the gateway picks it
+  std::ifstream mounts("/proc/self/mounts");
+  std::string dev, mnt, type, rest;
+  while (mounts >> dev >> mnt >> type && std::getline(mounts, rest)) {
+    if (type == "cgroup2") {
+      mount = mnt;
+      break;
+    }
+  }
+  if (mount.empty()) return;
+  // A gateway that is not restarted never removes its slices' cgroups
+  // (<job>-<epoch> under fedgate-<site>); only this federation's jobs are
+  // touched: other federations may use the same site names.
+  for (const auto& [name, s] : sites_) {
+    std::error_code ec;
+    std::set<std::string> jobs;
+    for (const auto& e : std::filesystem::directory_iterator(tmp_ / (name + "/data/jobs"), ec)) {
+      jobs.insert(e.path().filename().string());
+    }
+    if (jobs.empty()) continue;
+    for (const auto& e :
+         std::filesystem::directory_iterator(mount + "/fedgate-" + name, ec)) {
+      const std::string slice = e.path().filename().string();
+      const size_t dash = slice.rfind('-');
+      if (dash != std::string::npos && jobs.contains(slice.substr(0, dash))) {
+        gateway::RemoveCgroup(e.path().string());
+      }
+    }
+  }
 }
 
 std::string TestFederation::work_root() const {

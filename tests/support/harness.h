@@ -114,6 +114,7 @@ class TestFederation {
   void WriteConfig(const std::string& site);
   void ReadPorts(const std::string& site);
   void ResetAdmin(const std::string& site);
+  void RemoveSliceCgroups();  // of this federation's jobs, once their ranks are gone
 
   TestCa* ca_;
   TempDir tmp_;
