@@ -263,8 +263,9 @@ absl::Status Gateway::Start() {
     metrics_->Describe("fedgate_sqlite_memory_bytes", "gauge",
                        "Heap held by SQLite (page caches of every connection).");
     metrics_->Describe("fedgate_heap_bytes", "gauge",
-                       "malloc's heap: bytes in use, and bytes free but still held (kept "
-                       "between live blocks, so not given back to the system).");
+                       "glibc malloc's heap: bytes in use, and bytes free but still held "
+                       "(kept between live blocks, so not given back to the system); zeros "
+                       "under another allocator (AddressSanitizer, tcmalloc).");
     metrics_->Describe("fedgate_jobs", "gauge", "Jobs coordinated here, by state.");
     metrics_->Describe("fedgate_job_scheduling_delay_seconds", "histogram",
                        "Wait from submit to RUNNING, per attempt, by tenant and priority.",

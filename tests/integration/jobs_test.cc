@@ -95,9 +95,14 @@ TEST_F(JobsTest, SubmitGetListCancelWithTenantsFromCertificates) {
   EXPECT_EQ(
       Metric(ops, "fedgate_site_gpus{site=\"cn-beijing\",model=\"A100-80GB\",state=\"total\"}"),
       8);
-  // malloc's view of the heap: a running gateway holds some megabytes.
+  // glibc malloc's view of the heap: a running gateway holds some megabytes
+  // (AddressSanitizer's allocator reports zeros).
+#if !defined(__SANITIZE_ADDRESS__)
   EXPECT_GT(Metric(ops, "fedgate_heap_bytes{kind=\"in_use\"}"), 1 << 20);
-  EXPECT_GE(Metric(ops, "fedgate_heap_bytes{kind=\"free\"}"), 0);
+#endif
+  int status = 0;
+  EXPECT_NE(HttpGet(ops, "/metrics", &status).find("fedgate_heap_bytes{kind=\"free\"}"),
+            std::string::npos);
 }
 
 TEST_F(JobsTest, BadSpecsAreRefusedAndStoreNothing) {
