@@ -73,9 +73,9 @@ class JobStore {
   // Called on the writer thread after every transaction: its duration
   // (seconds, fsync included) and how many writes it carried.
   void SetOnCommit(std::function<void(double, size_t)> fn) { on_commit_ = std::move(fn); }
-  // Every job that has not ended (PENDING, RESERVING, RUNNING), read state
-  // by state, page by page, each in id order.
-  absl::StatusOr<std::vector<JobRecord>> ListAllActive(int page = 500);
+  // Every job that has not ended (PENDING, RESERVING, RUNNING), in no
+  // particular order, read in one snapshot.
+  absl::StatusOr<std::vector<JobRecord>> ListAllActive();
   // Jobs per state name (every state, zero included), and the creation time
   // of the oldest PENDING job (nullopt when none waits).
   struct Counts {

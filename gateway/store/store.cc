@@ -53,7 +53,7 @@ const char* const kMigrations[] = {
     // (a serialized SliceRecord; empty for rows written before).
     "ALTER TABLE slices ADD COLUMN detail BLOB NOT NULL DEFAULT x'';",
     // 10: a list filtered by state walks that state's jobs in id order; it
-    // read every job ever stored before, or sorted the active ones.
+    // read every job ever stored before.
     "CREATE INDEX jobs_by_state_id ON jobs(state, id);",
 };
 

@@ -195,18 +195,18 @@ TEST_F(JobStoreTest, EachFilterPagesInIdOrderAndKeepsToItsRows) {
   EXPECT_EQ(vision.size(), 15u);
   EXPECT_EQ(std::set<std::string>(by_state.begin(), by_state.end()), cancelled_all);
   EXPECT_EQ(std::set<std::string>(both.begin(), both.end()), cancelled_vision);
-  EXPECT_EQ(jobs_->ListAllActive(/*page=*/3)->size(), 30u - cancelled_all.size());
+  EXPECT_EQ(jobs_->ListAllActive()->size(), 30u - cancelled_all.size());
 }
 
-TEST_F(JobStoreTest, ListAllActivePagesPastAnyLimit) {
+TEST_F(JobStoreTest, ListAllActiveReadsEveryActiveJob) {
   for (int i = 0; i < 23; ++i) ASSERT_TRUE(jobs_->Submit(Job("vision", "")).ok());
   auto done = jobs_->List("vision", "", "", 1);
   JobRecord c = (*done)[0];
   c.state = JobState::kCancelled;
   ASSERT_TRUE(jobs_->Save(&c, JobActor::kCaller).ok());
-  auto all = jobs_->ListAllActive(/*page=*/5);
+  auto all = jobs_->ListAllActive();
   ASSERT_TRUE(all.ok());
-  EXPECT_EQ(all->size(), 22u) << "every active job, across five pages, the cancelled one left out";
+  EXPECT_EQ(all->size(), 22u) << "every active job, the cancelled one left out";
   std::set<std::string> ids;
   for (const auto& j : *all) ids.insert(j.id);
   EXPECT_EQ(ids.size(), 22u);
