@@ -46,12 +46,19 @@ std::string CgroupSupport::Describe() const {
                 pids ? "pids.max" : "no pids controller");
 }
 
-CgroupSupport DetectCgroups(const std::string& name) {
-  CgroupSupport out;
+std::vector<std::string> Cgroup2Mounts() {
+  std::vector<std::string> out;
   std::ifstream mounts("/proc/self/mounts");
   std::string dev, mnt, type, rest;
   while (mounts >> dev >> mnt >> type && std::getline(mounts, rest)) {
-    if (type != "cgroup2") continue;
+    if (type == "cgroup2") out.push_back(mnt);
+  }
+  return out;
+}
+
+CgroupSupport DetectCgroups(const std::string& name) {
+  CgroupSupport out;
+  for (const std::string& mnt : Cgroup2Mounts()) {
     const std::string root = mnt + "/" + name;
     if (::mkdir(root.c_str(), 0755) != 0 && errno != EEXIST) continue;
     if (::access((root + "/cgroup.procs").c_str(), W_OK) != 0) continue;

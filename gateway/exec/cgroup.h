@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace fedgate::gateway {
 
@@ -18,6 +19,9 @@ struct CgroupSupport {
   // One line for the start-up log ("cgroup v2 at ...: cgroup.kill; no memory ...").
   std::string Describe() const;
 };
+
+// Every cgroup2 mount point in /proc/self/mounts, in order.
+std::vector<std::string> Cgroup2Mounts();
 
 // Looks for a cgroup2 mount (in /proc/self/mounts) where `name` can be
 // created and enables the memory and pids controllers for it where the

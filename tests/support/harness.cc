@@ -199,16 +199,7 @@ TestFederation::~TestFederation() {
 }
 
 void TestFederation::RemoveSliceCgroups() {
-  std::string mount;  // the first cgroup2 mount, as the gateway picks it
-  std::ifstream mounts("/proc/self/mounts");
-  std::string dev, mnt, type, rest;
-  while (mounts >> dev >> mnt >> type && std::getline(mounts, rest)) {
-    if (type == "cgroup2") {
-      mount = mnt;
-      break;
-    }
-  }
-  if (mount.empty()) return;
+  const std::vector<std::string> mounts = gateway::Cgroup2Mounts();
   // A gateway that is not restarted never removes its slices' cgroups
   // (<job>-<epoch> under fedgate-<site>); only this federation's jobs are
   // touched: other federations may use the same site names.
@@ -219,12 +210,13 @@ void TestFederation::RemoveSliceCgroups() {
       jobs.insert(e.path().filename().string());
     }
     if (jobs.empty()) continue;
-    for (const auto& e :
-         std::filesystem::directory_iterator(mount + "/fedgate-" + name, ec)) {
-      const std::string slice = e.path().filename().string();
-      const size_t dash = slice.rfind('-');
-      if (dash != std::string::npos && jobs.contains(slice.substr(0, dash))) {
-        gateway::RemoveCgroup(e.path().string());
+    for (const std::string& mount : mounts) {  // the gateway used one of them
+      for (const auto& e : std::filesystem::directory_iterator(mount + "/fedgate-" + name, ec)) {
+        const std::string slice = e.path().filename().string();
+        const size_t dash = slice.rfind('-');
+        if (dash != std::string::npos && jobs.contains(slice.substr(0, dash))) {
+          gateway::RemoveCgroup(e.path().string());
+        }
       }
     }
   }
