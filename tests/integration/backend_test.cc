@@ -51,6 +51,10 @@ TEST_F(BackendTest, RanksRunUnprivilegedWithoutTheGatewaysSecretsOrEnvironment) 
   EXPECT_EQ(log.find("LIST-DATA"), std::string::npos) << log;
   EXPECT_NE(log.find("end"), std::string::npos) << log;
   EXPECT_NE(fed_.log("site-a").find("isolation: ranks run as fedgate-rank"), std::string::npos);
+  // The gateway re-executed itself once to size malloc's thread caches.
+  EXPECT_NE(fed_.log("site-a").find("malloc: one arena, one cached chunk per size and thread"),
+            std::string::npos)
+      << fed_.log("site-a");
 }
 
 TEST_F(BackendTest, RanksOutliveKillNineAndSigtermOfBothGateways) {
