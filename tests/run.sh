@@ -47,7 +47,20 @@ summary() {  # NAME LOG
   grep -E '^[0-9]+% tests passed|tests failed out of|^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess|Not Run|Exception)' "$2" || true
 }
 
+# Slice cgroups (<job>-<epoch> under fedgate-<site>) in every cgroup2 mount:
+# a run that leaves more than it found leaks them, and a host that runs
+# tests all day would fill with them.
+slice_cgroups() {
+  local n=0 m
+  for m in $(awk '$3 == "cgroup2" { print $2 }' /proc/self/mounts); do
+    n=$((n + $(find "$m" -mindepth 2 -maxdepth 2 -type d -path "$m/fedgate-*" 2>/dev/null | wc -l)))
+  done
+  echo "$n"
+}
+
 status=0
+START_TIME=$(date +%s)
+cgroups_before=$(slice_cgroups)
 
 configure_and_build "$BUILD" -DCMAKE_BUILD_TYPE=Release
 run_ctest "$BUILD" "$BUILD/ctest.log" || status=1
@@ -78,6 +91,14 @@ summary "Release" "$BUILD/ctest.log"
 logs=("$BUILD/ctest.log")
 [ "${FEDGATE_SKIP_ASAN:-0}" != 1 ] && logs+=("$ASAN_BUILD/ctest.log")
 [ "${FEDGATE_SKIP_FUZZ:-0}" != 1 ] && logs+=("$FUZZ_BUILD/ctest.log")
+cgroups_left=$(( $(slice_cgroups) - cgroups_before ))
+echo "slice cgroups left behind by this run: $cgroups_left"
+if [ "$cgroups_left" -gt 0 ]; then
+  status=1
+  for m in $(awk '$3 == "cgroup2" { print $2 }' /proc/self/mounts); do
+    find "$m" -mindepth 2 -maxdepth 2 -type d -path "$m/fedgate-*" -newermt "@$START_TIME" 2>/dev/null
+  done | head -20 >&2
+fi
 cat "${logs[@]}" | awk '/tests failed out of/ { f += $4; t += $NF }
   END { printf "tests: %d passed, %d failed\n", t - f, f }'
 if [ $status -ne 0 ]; then

@@ -4,10 +4,8 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <fstream>
 #include <sstream>
-#include <thread>
 
 #include "base/str_cat.h"
 
@@ -94,12 +92,10 @@ bool KillCgroup(const std::string& path) {
   return Write(path + "/cgroup.kill", "1");
 }
 
-void RemoveCgroup(const std::string& path) {
-  if (path.empty()) return;
+bool RemoveCgroup(const std::string& path) {
+  if (path.empty()) return true;
   if (!Read(path + "/cgroup.procs").empty()) KillCgroup(path);
-  for (int i = 0; i < 10 && ::rmdir(path.c_str()) != 0 && errno == EBUSY; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  return ::rmdir(path.c_str()) == 0 || errno == ENOENT;
 }
 
 }  // namespace fedgate::gateway

@@ -34,7 +34,9 @@ std::string CreateSliceCgroup(const CgroupSupport& cg, const std::string& slice,
                               int64_t memory_limit_bytes, int64_t pids_limit);
 // Kills every process in it (cgroup.kill); false when that is not possible.
 bool KillCgroup(const std::string& path);
-// Removes it once empty (kills what is left first).
-void RemoveCgroup(const std::string& path);
+// Kills what is left in it and removes it; true once it is gone. False
+// while killed processes are still exiting (EBUSY): try again later, it
+// does not wait.
+bool RemoveCgroup(const std::string& path);
 
 }  // namespace fedgate::gateway

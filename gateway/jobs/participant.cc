@@ -273,6 +273,11 @@ void Participant::Stop() {
     }
     KillCgroup(s.cgroup);
   }
+  // Released slices' cgroups still waiting for their processes to exit.
+  for (int i = 0; i < 50 && !cgroups_to_remove_.empty(); ++i) {
+    RemoveCgroupsLocked();
+    if (!cgroups_to_remove_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 absl::Status Participant::WriteLogOwner(const std::string& job, const std::string& from) {
@@ -1164,6 +1169,7 @@ void Participant::Sweep() {
     // them, and Prepare calls do not wait behind the fsync.
     if (quota_dirty_) released_rows = ReleasedQuotaRowsLocked();
     quota_.Prune(federation::SatSub(now, kFinishedSliceKeepMs));
+    RemoveCgroupsLocked();
     for (auto it = slices_.begin(); it != slices_.end();) {
       Slice& s = it->second;
       const std::string& job = s.key.job_id();
@@ -1198,7 +1204,8 @@ void Participant::Sweep() {
       // The GPUs are free only once every rank of the slice has exited.
       if (all_exited && !s.released) {
         ledger_.Release(job, s.key.epoch());
-        RemoveCgroup(s.cgroup);  // stray processes of the slice go with it
+        // Stray processes of the slice go with it.
+        if (!RemoveCgroup(s.cgroup)) cgroups_to_remove_.emplace_back(s.cgroup, 0);
         if (store_ != nullptr) {
           (void)store_->DeleteSlice(job, s.key.epoch());
           const std::string why = s.stopping ? s.message
@@ -1241,6 +1248,20 @@ void Participant::Sweep() {
   DeleteQuotaRows(released_rows);
   for (const auto& a : stale) backend_->Release(a);
   if (changed && on_change_) on_change_();
+}
+
+void Participant::RemoveCgroupsLocked() {
+  // A minute of sweeps; what is still there then holds a process the
+  // kernel cannot kill (uninterruptible sleep), which an operator must see.
+  const int max_tries = 600;
+  std::erase_if(cgroups_to_remove_, [max_tries](auto& entry) {
+    auto& [path, tries] = entry;
+    if (RemoveCgroup(path)) return true;
+    if (++tries < max_tries) return false;
+    spdlog::warn("cannot remove cgroup {}: its processes did not exit within a minute of "
+                 "cgroup.kill ({})", path, std::strerror(errno));
+    return true;
+  });
 }
 
 std::vector<Participant::Allocs> Participant::StaleAllocsLocked() {

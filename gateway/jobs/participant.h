@@ -173,6 +173,10 @@ class Participant {
   std::map<SliceKey, Allocs> allocs_;
   std::unique_ptr<SiteBackend> backend_ = MakeProcessBackend();
   CgroupSupport cgroups_;
+  // Cgroups of released slices whose killed processes were still exiting,
+  // with the sweeps tried so far: removed by a later sweep, not left behind.
+  std::vector<std::pair<std::string, int>> cgroups_to_remove_;
+  void RemoveCgroupsLocked();
   // Reservations whose hold is gone (aborted, expired, released): given
   // back by the caller after the lock is dropped.
   std::vector<Allocs> StaleAllocsLocked();

@@ -215,7 +215,9 @@ void TestFederation::RemoveSliceCgroups() {
         const std::string slice = e.path().filename().string();
         const size_t dash = slice.rfind('-');
         if (dash != std::string::npos && jobs.contains(slice.substr(0, dash))) {
-          gateway::RemoveCgroup(e.path().string());
+          for (int i = 0; i < 200 && !gateway::RemoveCgroup(e.path().string()); ++i) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          }
         }
       }
     }
