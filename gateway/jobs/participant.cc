@@ -120,6 +120,7 @@ void Participant::CleanUpAfterRestart() {
                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
                      .count());
   }
+  QueueLeftoverCgroupsLocked();
   // Usage of slices that were stopped ends now (at most the open interval
   // of a crash is counted, never a finished record lost); re-attached ones
   // stay open until their ranks exit.
@@ -1248,6 +1249,31 @@ void Participant::Sweep() {
   DeleteQuotaRows(released_rows);
   for (const auto& a : stale) backend_->Release(a);
   if (changed && on_change_) on_change_();
+}
+
+void Participant::QueueLeftoverCgroupsLocked() {
+  if (cgroups_.root.empty()) return;
+  std::set<std::string> live;
+  for (const auto& [key, s] : slices_) {
+    if (!s.released && !s.cgroup.empty()) live.insert(s.cgroup);
+  }
+  // <job>-<epoch> of a job with a folder here: this site's, left by the run
+  // before (killed with its slices running, or before a removal finished).
+  // Another gateway may use the same folder name; its jobs are not ours.
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(cgroups_.root, ec)) {
+    const std::string name = e.path().filename().string();
+    const size_t dash = name.rfind('-');
+    if (!e.is_directory(ec) || dash == std::string::npos || live.contains(e.path().string())) {
+      continue;
+    }
+    if (std::filesystem::is_directory(StrCat(config_.data_dir, "/jobs/", name.substr(0, dash)), ec)) {
+      cgroups_to_remove_.emplace_back(e.path().string(), 0);
+    }
+  }
+  if (!cgroups_to_remove_.empty()) {
+    spdlog::info("removing {} slice cgroup(s) left by the previous run", cgroups_to_remove_.size());
+  }
 }
 
 void Participant::RemoveCgroupsLocked() {

@@ -177,6 +177,7 @@ class Participant {
   // with the sweeps tried so far: removed by a later sweep, not left behind.
   std::vector<std::pair<std::string, int>> cgroups_to_remove_;
   void RemoveCgroupsLocked();
+  void QueueLeftoverCgroupsLocked();  // at start, after re-attaching
   // Reservations whose hold is gone (aborted, expired, released): given
   // back by the caller after the lock is dropped.
   std::vector<Allocs> StaleAllocsLocked();

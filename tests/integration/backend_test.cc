@@ -4,10 +4,13 @@
 #include <gtest/gtest.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <thread>
 
@@ -142,6 +145,35 @@ TEST_F(BackendTest, AStopKillsTheWholeSliceCgroupEvenEscapedProcesses) {
       << "a process that left the rank's process group dies with the slice's cgroup";
   EXPECT_TRUE(Eventually([&] { return slice_cgroups() == 0; }, 10000))
       << slice_cgroups() << " cgroup(s) of job " << id << " left under " << root;
+
+  // A gateway that went down before its slices' cgroups were gone left them
+  // (here one still holding an escaped process): its next run removes those
+  // of its own jobs, and only those.
+  ASSERT_TRUE(fed_.Stop("site-a").has_value());
+  const std::string leftover = root + "/" + id + "-77";
+  const std::string foreign = root + "/not-a-job-of-site-a-1";
+  ASSERT_EQ(::mkdir(leftover.c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir(foreign.c_str(), 0755), 0);
+  const pid_t sleeper = ::fork();
+  if (sleeper == 0) {
+    ::execlp("sleep", "sleep", "300", nullptr);
+    ::_exit(127);
+  }
+  {
+    std::ofstream procs(leftover + "/cgroup.procs");
+    procs << sleeper << std::flush;
+    ASSERT_TRUE(procs.good()) << "cannot move pid " << sleeper << " into " << leftover;
+  }
+  fed_.Start("site-a");
+  ASSERT_TRUE(fed_.WaitReady("site-a"));
+  int status = 0;
+  const bool reaped = Eventually([&] { return ::waitpid(sleeper, &status, WNOHANG) == sleeper; }, 10000);
+  if (!reaped) ::kill(sleeper, SIGKILL);
+  EXPECT_TRUE(reaped && WIFSIGNALED(status)) << "the leftover cgroup's process was not killed";
+  EXPECT_TRUE(Eventually([&] { return !std::filesystem::exists(leftover); }, 10000)) << leftover;
+  EXPECT_TRUE(std::filesystem::exists(foreign)) << "not a job of this site: someone else's";
+  ::rmdir(foreign.c_str());
+  if (!reaped) ::waitpid(sleeper, &status, 0);
 }
 
 TEST_F(BackendTest, ConcurrentJobsNeverShareAMasterPort) {
