@@ -6,7 +6,7 @@
 # FEDGATE_SKIP_ASAN=1 runs the Release pass only (for quick local loops).
 # Then the libFuzzer targets (clang, ASan+UBSan) in <build>-fuzz, each for
 # FEDGATE_FUZZ_SECONDS (default 20) from its seed corpus; FEDGATE_SKIP_FUZZ=1
-# skips them.
+# skips them. Fails too when the run leaves slice cgroups behind.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
