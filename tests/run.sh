@@ -51,15 +51,13 @@ summary() {  # NAME LOG
 # a run that leaves more than it found leaks them, and a host that runs
 # tests all day would fill with them.
 slice_cgroups() {
-  local n=0 m
+  local m
   for m in $(awk '$3 == "cgroup2" { print $2 }' /proc/self/mounts); do
-    n=$((n + $(find "$m" -mindepth 2 -maxdepth 2 -type d -path "$m/fedgate-*" 2>/dev/null | wc -l)))
-  done
-  echo "$n"
+    find "$m" -mindepth 2 -maxdepth 2 -type d -path "$m/fedgate-*" 2>/dev/null
+  done | sort
 }
 
 status=0
-START_TIME=$(date +%s)
 cgroups_before=$(slice_cgroups)
 
 configure_and_build "$BUILD" -DCMAKE_BUILD_TYPE=Release
@@ -91,13 +89,11 @@ summary "Release" "$BUILD/ctest.log"
 logs=("$BUILD/ctest.log")
 [ "${FEDGATE_SKIP_ASAN:-0}" != 1 ] && logs+=("$ASAN_BUILD/ctest.log")
 [ "${FEDGATE_SKIP_FUZZ:-0}" != 1 ] && logs+=("$FUZZ_BUILD/ctest.log")
-cgroups_left=$(( $(slice_cgroups) - cgroups_before ))
-echo "slice cgroups left behind by this run: $cgroups_left"
-if [ "$cgroups_left" -gt 0 ]; then
+cgroups_left=$(comm -13 <(echo "$cgroups_before") <(slice_cgroups) | sed '/^$/d')
+echo "slice cgroups left behind by this run: $(printf '%s' "$cgroups_left" | grep -c . || true)"
+if [ -n "$cgroups_left" ]; then
   status=1
-  for m in $(awk '$3 == "cgroup2" { print $2 }' /proc/self/mounts); do
-    find "$m" -mindepth 2 -maxdepth 2 -type d -path "$m/fedgate-*" -newermt "@$START_TIME" 2>/dev/null
-  done | head -20 >&2
+  echo "$cgroups_left" | head -20 >&2
 fi
 cat "${logs[@]}" | awk '/tests failed out of/ { f += $4; t += $NF }
   END { printf "tests: %d passed, %d failed\n", t - f, f }'

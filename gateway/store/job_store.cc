@@ -18,6 +18,11 @@ absl::Status SqlError(sqlite3* db, std::string_view what) {
   return absl::InternalError(StrCat("store: ", what, ": ", sqlite3_errmsg(db)));
 }
 
+constexpr federation::JobState kAllStates[] = {
+    federation::JobState::kPending,   federation::JobState::kReserving,
+    federation::JobState::kRunning,   federation::JobState::kSucceeded,
+    federation::JobState::kFailed,    federation::JobState::kCancelled};
+
 constexpr const char* kColumns =
     "id, tenant, idempotency_key, spec, state, attempt, reason, created_at_unix_ms, "
     "updated_at_unix_ms, run, version";
@@ -254,8 +259,7 @@ absl::StatusOr<std::vector<JobRecord>> JobStore::List(const std::string& tenant,
 absl::StatusOr<JobStore::Counts> JobStore::Count() {
   std::lock_guard lock(read_mu_);
   Counts out;
-  for (auto s : {federation::JobState::kPending, federation::JobState::kReserving, federation::JobState::kRunning,
-                 federation::JobState::kSucceeded, federation::JobState::kFailed, federation::JobState::kCancelled}) {
+  for (auto s : kAllStates) {
     out.by_state[std::string(federation::JobStateName(s))] = 0;
   }
   {
@@ -296,8 +300,14 @@ absl::StatusOr<std::vector<JobRecord>> JobStore::ListAllActive() {
   // One statement is one read snapshot, so a job that changes state
   // meanwhile is seen once. No ORDER BY: the coordinator orders the jobs
   // itself, and sorting every active row took a temporary B-tree per pass.
-  const std::string sql = StrCat("SELECT ", kColumns,
-                                 " FROM jobs WHERE state IN ('PENDING', 'RESERVING', 'RUNNING');");
+  static const std::string sql = [] {
+    std::string active;  // the states that have not ended, by the state machine's names
+    for (auto st : kAllStates) {
+      if (federation::IsTerminal(st)) continue;
+      active += StrCat(active.empty() ? "'" : ", '", federation::JobStateName(st), "'");
+    }
+    return StrCat("SELECT ", kColumns, " FROM jobs WHERE state IN (", active, ");");
+  }();
   SqlStmt st(reader_, sql.c_str());
   if (!st.ok()) return SqlError(reader_, "list active");
   std::vector<JobRecord> out;
