@@ -15,7 +15,9 @@
 #   fed_port SITE grpc|http|ops             a port of a running gateway
 #   fed_admin SITE ARGS...                  fedctl as that site's admin
 #   fed_alice ARGS...                       fedctl as tenant user alice (to cn-beijing)
-#   fed_stop                                SIGTERM to the gateways it started, by pid
+#   fed_stop                                SIGTERM to the gateways it started, by pid;
+#                                           then ends the ranks they left running and
+#                                           removes their slice cgroups and work folders
 # Needs FEDGATE and FEDCTL (binary paths) set by the caller.
 
 FED_SITES=(cn-beijing cn-shanghai cn-shenzhen)
@@ -23,6 +25,9 @@ declare -A FED_GRPC FED_PIDS
 
 fed_init() {
   FED_WORK=$1
+  # The ranks' folders (executor.work_dir): ranks run as fedgate-rank and
+  # cannot enter FED_WORK (mktemp -d, 0700).
+  FED_RANK_WORK=/var/tmp/fedgate-local-work/$(basename "$FED_WORK")
   local base=$2 extra=${3:-} i=0 s
   for s in "${FED_SITES[@]}"; do FED_GRPC[$s]=$((base + i * 10)); i=$((i + 1)); done
   "$FEDCTL" certs init-ca --dir "$FED_WORK/ca" --federation aidc 2>/dev/null
@@ -78,7 +83,7 @@ peers:
 $peers
 advertise: {interval: 1s, ttl: 5s}
 bench: {probe_interval: 10m, probe_duration: 1s}
-executor: {kind: $kind}
+executor: {kind: $kind, work_dir: $FED_RANK_WORK/$site}
 $extra
 YAML
 }
@@ -139,6 +144,33 @@ fed_stop() {
     if wait "${FED_PIDS[$s]}" 2>/dev/null; then echo "  $s exited cleanly"; else echo "  $s exited with $?"; fi
   done
   FED_PIDS=()
+  _fed_end_slices
+  [ -z "${FED_RANK_WORK:-}" ] || rm -rf "$FED_RANK_WORK"
+}
+
+# Ranks outlive their gateway by design (a restarted gateway re-attaches
+# them), so a federation torn down for good ends them itself: every slice
+# cgroup (<job>-<epoch> under fedgate-<site>) of a job in this federation's
+# data dirs is killed and removed. Other federations' cgroups are not
+# touched: they may use the same site names.
+_fed_end_slices() {
+  local m s cg name i
+  for m in $(awk '$3 == "cgroup2" { print $2 }' /proc/self/mounts); do
+    for s in "${FED_SITES[@]}"; do
+      for cg in "$m/fedgate-$s"/*/; do
+        cg=${cg%/}
+        name=$(basename "$cg")
+        [ -d "$FED_WORK/$s/data/jobs/${name%-*}" ] || continue
+        if [ -e "$cg/cgroup.kill" ]; then
+          echo 1 >"$cg/cgroup.kill" 2>/dev/null || true
+        else  # kernels before 5.14
+          xargs -r kill -KILL <"$cg/cgroup.procs" 2>/dev/null || true
+        fi
+        for i in $(seq 100); do rmdir "$cg" 2>/dev/null && break; sleep 0.05; done
+        if [ -d "$cg" ]; then echo "fed_stop: cannot remove $cg" >&2; fi
+      done
+    done
+  done
 }
 
 # A base port with BASE..BASE+29 free right now (the gRPC ports must be known
