@@ -232,8 +232,8 @@ void Participant::Start() {
           }
           for (const auto& [key, h] : ledger_.holds()) live.insert(key.first);
         }
-        ApplyRetention(config_.data_dir + "/jobs", wall, config_.retention_logs_ms,
-                       config_.retention_jobs_ms, live);
+        ApplyRetention(config_.data_dir + "/jobs", config_.executor_work_dir, wall,
+                       config_.retention_logs_ms, config_.retention_jobs_ms, live);
         next_retention = wall + 60'000;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));

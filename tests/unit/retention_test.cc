@@ -43,7 +43,19 @@ TEST(Retention, OldLogsGoFirstThenWholeFinishedJobsAndLiveJobsAreNeverTouched) {
   }
   Age(recent + "/attempt-1/rank-0.log", 10);
 
-  auto r = ApplyRetention(jobs, Now(), 7 * kDay, 30 * kDay, {"j-00000000000000a3"});
+  // Work folders (the ranks' HOME): one per job above, and two whose job
+  // has no folder in data_dir/jobs: one 40 days old, one fresh.
+  const std::string work = tmp / "work";
+  const std::string orphan_old = work + "/j-00000000000000b1", orphan_new = work + "/j-00000000000000b2";
+  for (const auto& d : {old_job, recent, live, other}) {
+    const std::string w = work + "/" + fs::path(d).filename().string();
+    fs::create_directories(w + "/.cache");
+    WriteText(w + "/.cache/model.bin", "weights");
+  }
+  for (const auto& d : {orphan_old, orphan_new}) fs::create_directories(d + "/sub");
+  Age(orphan_old, 40);
+
+  auto r = ApplyRetention(jobs, work, Now(), 7 * kDay, 30 * kDay, {"j-00000000000000a3"});
   EXPECT_EQ(r.job_dirs_removed, 1);
   EXPECT_FALSE(fs::exists(old_job)) << "untouched for 40 days: removed whole";
   EXPECT_TRUE(fs::exists(recent + "/owner"));
@@ -51,14 +63,27 @@ TEST(Retention, OldLogsGoFirstThenWholeFinishedJobsAndLiveJobsAreNeverTouched) {
   EXPECT_EQ(r.logs_removed, 2) << "old_job's log and recent's log";
   EXPECT_TRUE(fs::exists(live + "/attempt-1/rank-0.log")) << "a job with a live slice is skipped";
   EXPECT_TRUE(fs::exists(other + "/attempt-1/rank-0.log")) << "only folders named like job ids";
+  EXPECT_EQ(r.work_dirs_removed, 2);
+  EXPECT_FALSE(fs::exists(work + "/j-00000000000000a1")) << "goes with its job's folder";
+  EXPECT_FALSE(fs::exists(orphan_old)) << "no job folder, 40 days old";
+  EXPECT_TRUE(fs::exists(orphan_new + "/sub")) << "no job folder but fresh";
+  for (const auto& id : {"j-00000000000000a2", "j-00000000000000a3", "not-a-job"}) {
+    EXPECT_TRUE(fs::exists(work + "/" + id + "/.cache/model.bin")) << id;
+  }
 
   // Removing the log touched recent's folders; its age is still its files'.
   Age(recent + "/owner", 31);
-  r = ApplyRetention(jobs, Now(), 7 * kDay, 30 * kDay, {});
+  r = ApplyRetention(jobs, work, Now(), 7 * kDay, 30 * kDay, {});
   EXPECT_FALSE(fs::exists(recent));
   EXPECT_FALSE(fs::exists(live)) << "no longer live: 40 days old";
   EXPECT_TRUE(fs::exists(other));
-  EXPECT_EQ(ApplyRetention(tmp / "missing", Now(), kDay, kDay, {}).job_dirs_removed, 0);
+  EXPECT_EQ(r.work_dirs_removed, 2);
+  EXPECT_FALSE(fs::exists(work + "/j-00000000000000a2"));
+  EXPECT_FALSE(fs::exists(work + "/j-00000000000000a3"));
+  EXPECT_TRUE(fs::exists(work + "/not-a-job/.cache/model.bin"));
+  EXPECT_TRUE(fs::exists(orphan_new));
+  const auto none = ApplyRetention(tmp / "missing", tmp / "missing-too", Now(), kDay, kDay, {});
+  EXPECT_EQ(none.job_dirs_removed + none.work_dirs_removed, 0);
 }
 
 }  // namespace
