@@ -71,7 +71,8 @@ class NetnsFederation : public ::testing::Test {
         if (p.y == s) y << "  - {site: " << Site(p.x) << ", endpoint: " << Addr(p, p.x) << ":7443}\n";
       }
       y << "advertise: {interval: 500ms, ttl: 5s}\n"
-        << "bench: {probe_duration: 3s, probe_on_peer_up: false}\n";
+        << "bench: {probe_duration: 3s, probe_on_peer_up: false}\n"
+        << "executor: {work_dir: " << WorkRoot() << "/" << site << "}\n";
       WriteText(dir_ / (site + "/fedgate.yaml"), y.str());
       procs_[s] = Process::Spawn({"/usr/sbin/ip", "netns", "exec", Ns(s), FedgateBin(), "--config",
                                   dir_ / (site + "/fedgate.yaml")},
@@ -85,7 +86,12 @@ class NetnsFederation : public ::testing::Test {
       p->Wait(5000);
     }
     for (const char* s : {"a", "b", "c"}) Sh("ip netns del " + Ns(s) + " 2>/dev/null");
+    std::error_code ec;
+    std::filesystem::remove_all(WorkRoot(), ec);
   }
+
+  // The ranks' folders: somewhere every rank user may enter, not dir_ (0700).
+  std::string WorkRoot() const { return "/var/tmp/fedgate-test-work/" + prefix_; }
 
   // Namespaces of runs that died without cleaning up.
   void SweepStale() {

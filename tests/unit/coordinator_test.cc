@@ -93,7 +93,7 @@ class CoordinatorTest : public ::testing::Test {
         "inventory:\n  nodes:\n    - {name: " + name + "-n1, address: 127.0.0.1, " +
         "gpu_model: A100-80GB, gpus: " + std::to_string(gpus) + "}\n" +
         "peers:\n  - {site: " + peer + ", endpoint: 127.0.0.1:2}\n" +
-        "jobs: {lease: 8s}\n";
+        "jobs: {lease: 8s}\nexecutor: {work_dir: work}\n";
     auto cfg = gateway::ParseConfig(yaml, s->dir.path(), "fedgate.yaml");
     EXPECT_TRUE(cfg.ok()) << cfg.status();
     s->config = *cfg;
