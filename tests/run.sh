@@ -6,7 +6,8 @@
 # FEDGATE_SKIP_ASAN=1 runs the Release pass only (for quick local loops).
 # Then the libFuzzer targets (clang, ASan+UBSan) in <build>-fuzz, each for
 # FEDGATE_FUZZ_SECONDS (default 20) from its seed corpus; FEDGATE_SKIP_FUZZ=1
-# skips them. Fails too when the run leaves slice cgroups behind.
+# skips them. Fails too when the run leaves slice cgroups or ranks' work
+# folders behind.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -53,12 +54,32 @@ summary() {  # NAME LOG
 slice_cgroups() {
   local m
   for m in $(awk '$3 == "cgroup2" { print $2 }' /proc/self/mounts); do
-    find "$m" -mindepth 2 -maxdepth 2 -type d -path "$m/fedgate-*" 2>/dev/null
+    find "$m" -mindepth 2 -maxdepth 2 -type d -path "$m/fedgate-*" 2>/dev/null || true
   done | sort
+}
+
+# Ranks' work folders: the default executor.work_dir's, the local
+# federation's (deploy/local/federation.sh) and the test harness's.
+rank_work_dirs() {
+  {
+    find /var/tmp/fedgate-work -mindepth 2 -maxdepth 2 2>/dev/null || true
+    find /var/tmp/fedgate-local-work /var/tmp/fedgate-test-work -mindepth 1 -maxdepth 1 2>/dev/null || true
+  } | sort
+}
+
+# What LIST_FN lists now that was not in BEFORE (LIST_FN BEFORE WHAT).
+report_left() {
+  local left
+  left=$(comm -13 <(echo "$2") <($1) | sed '/^$/d')
+  echo "$3 left behind by this run: $(printf '%s' "$left" | grep -c . || true)"
+  [ -z "$left" ] && return 0
+  echo "$left" | head -20 >&2
+  return 1
 }
 
 status=0
 cgroups_before=$(slice_cgroups)
+work_before=$(rank_work_dirs)
 
 configure_and_build "$BUILD" -DCMAKE_BUILD_TYPE=Release
 run_ctest "$BUILD" "$BUILD/ctest.log" || status=1
@@ -89,12 +110,8 @@ summary "Release" "$BUILD/ctest.log"
 logs=("$BUILD/ctest.log")
 [ "${FEDGATE_SKIP_ASAN:-0}" != 1 ] && logs+=("$ASAN_BUILD/ctest.log")
 [ "${FEDGATE_SKIP_FUZZ:-0}" != 1 ] && logs+=("$FUZZ_BUILD/ctest.log")
-cgroups_left=$(comm -13 <(echo "$cgroups_before") <(slice_cgroups) | sed '/^$/d')
-echo "slice cgroups left behind by this run: $(printf '%s' "$cgroups_left" | grep -c . || true)"
-if [ -n "$cgroups_left" ]; then
-  status=1
-  echo "$cgroups_left" | head -20 >&2
-fi
+report_left slice_cgroups "$cgroups_before" "slice cgroups" || status=1
+report_left rank_work_dirs "$work_before" "rank work folders" || status=1
 cat "${logs[@]}" | awk '/tests failed out of/ { f += $4; t += $NF }
   END { printf "tests: %d passed, %d failed\n", t - f, f }'
 if [ $status -ne 0 ]; then
