@@ -31,7 +31,8 @@ WORK="$(mktemp -d /tmp/fedgate-load.XXXXXX)"
 cleanup() { local code=$?; fed_stop >/dev/null; rm -rf "$WORK"; exit $code; }
 trap cleanup EXIT
 
-fed_init "$WORK" "$(fed_free_base)"
+fed_reserve_base
+fed_init "$WORK" "$FED_BASE"
 fed_start
 fed_wait_converged 60
 HTTP=$(fed_port cn-beijing http)

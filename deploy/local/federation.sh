@@ -7,6 +7,7 @@
 # BASE, BASE+10, BASE+20 (peers' configs name them); REST and ops bind port
 # 0 and are read back from each gateway's data/ports file.
 #
+#   fed_reserve_base                        reserves free gRPC ports, sets FED_BASE
 #   fed_init WORK BASE_PORT [EXTRA_YAML]   certificates and configs; with
 #                                           FED_SLURM_CONF set, cn-shanghai runs on
 #                                           that Slurm (deploy/local/slurm.sh)
@@ -173,21 +174,37 @@ _fed_end_slices() {
   done
 }
 
-# A base port with BASE..BASE+29 free right now (the gRPC ports must be known
-# before start, since peers' configs name them).
-fed_free_base() {
-  /usr/bin/python3 - <<'PY'
-import random, socket
-for _ in range(200):
-    base = random.randrange(20000, 59000, 10)
-    socks = []
-    try:
-        for p in (base, base + 10, base + 20):
-            s = socket.socket(); s.bind(("127.0.0.1", p)); socks.append(s)
-        print(base); break
-    except OSError:
-        pass
-    finally:
-        for s in socks: s.close()
-PY
+# Reserves the gRPC ports (BASE, BASE+10, BASE+20; they must be known before
+# start, since peers' configs name them) and sets FED_BASE. Like the C++ tests'
+# ports: below the kernel's ephemeral range, so no outgoing connection takes
+# one before the gateway binds it, and each held by a lock file under
+# /tmp/fedgate-test-ports for as long as this shell lives, so scripts and
+# tests running side by side never pick the same one. Not in a subshell:
+# the locks would go with it.
+fed_reserve_base() {
+  local eph lo hi base p fd i dir=/tmp/fedgate-test-ports
+  local -a fds
+  read -r eph _ </proc/sys/net/ipv4/ip_local_port_range
+  hi=$((eph - 21)); lo=$((hi - 12000 > 1025 ? hi - 12000 : 1025))
+  if [ ! -d "$dir" ]; then mkdir -p "$dir" && chmod 1777 "$dir"; fi
+  for i in $(seq 200); do
+    base=$((lo + (RANDOM * 32768 + RANDOM) % (hi - lo)))
+    fds=()
+    for p in "$base" $((base + 10)) $((base + 20)); do
+      [ -e "$dir/$p" ] || : 2>/dev/null >>"$dir/$p"
+      exec {fd}<"$dir/$p" || break
+      if ! flock -n "$fd" || ! _fed_bindable "$p"; then exec {fd}>&-; break; fi
+      fds+=("$fd")
+    done
+    if [ ${#fds[@]} = 3 ]; then FED_BASE=$base; return 0; fi
+    for fd in "${fds[@]}"; do exec {fd}>&-; done
+  done
+  echo "fed_reserve_base: no free base port in $lo-$hi" >&2
+  return 1
+}
+
+_fed_bindable() {
+  /usr/bin/python3 -c 'import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))' "$1" 2>/dev/null
 }

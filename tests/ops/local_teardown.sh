@@ -28,7 +28,8 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 CG=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/self/mounts)
 [ -n "$CG" ] || fail "no cgroup2 mount: the process executor needs one here"
 
-fed_init "$WORK" "$(fed_free_base)"
+fed_reserve_base
+fed_init "$WORK" "$FED_BASE"
 fed_start
 fed_wait_converged 60
 

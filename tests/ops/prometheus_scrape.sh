@@ -27,7 +27,8 @@ cleanup() {
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-fed_init "$WORK" "$(fed_free_base)"
+fed_reserve_base
+fed_init "$WORK" "$FED_BASE"
 fed_start
 fed_wait_converged 60
 
