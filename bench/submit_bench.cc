@@ -179,13 +179,17 @@ int main(int argc, char** argv) {
   (void)gateway::WriteFileAtomic(dir + "/ca.pem", ca.cert_pem, 0644);
   (void)gateway::WriteFileAtomic(dir + "/cert.pem", gw_kc.cert_pem, 0644);
   (void)gateway::WriteFileAtomic(dir + "/key.pem", gw_kc.key_pem, 0600);
+  // The ranks' folders: somewhere the rank user may enter, not `dir` (0700).
+  const std::string work =
+      "/var/tmp/fedgate-test-work/" + std::filesystem::path(dir).filename().string();
   const int grpc_port = testing::FreePort(), ops_port = testing::FreePort();
   const std::string endpoint = "127.0.0.1:" + std::to_string(grpc_port);
   std::ofstream(dir + "/fedgate.yaml")
       << "site: cn-beijing\nfederation: aidc\nlisten: {grpc: " << endpoint
       << ", ops: 127.0.0.1:" << ops_port << ", http: 127.0.0.1:" << testing::FreePort() << "}\n"
       << "tls: {ca: ca.pem, cert: cert.pem, key: key.pem}\ndata_dir: data\n"
-      << "inventory:\n  nodes:\n    - {name: n1, address: 127.0.0.1, gpu_model: H100, gpus: 8}\n";
+      << "inventory:\n  nodes:\n    - {name: n1, address: 127.0.0.1, gpu_model: H100, gpus: 8}\n"
+      << "executor: {work_dir: " << work << "}\n";
 
   std::printf("# durable submits over mTLS: %d clients, %d s each run, 2 cores\n", clients, seconds);
   std::printf("# store: SQLite WAL, synchronous=FULL, one writer thread, group commit\n");
@@ -202,6 +206,8 @@ int main(int argc, char** argv) {
   Result base = Run(endpoint, ops_port, user, ca.cert_pem, clients, seconds);
   ::kill(pid, SIGTERM);
   ::waitpid(pid, nullptr, 0);
+  // Ranks outlive their gateway's SIGTERM: the last jobs' slices are ended here.
+  testing::EndSliceCgroups("cn-beijing", dir + "/data");
 
   std::printf("%-10s %10s %9s %9s %8s\n", "run", "jobs/s", "p50 ms", "p99 ms", "failed");
   std::printf("%-10s %10.0f %9.2f %9.2f %8lu\n", "durable", durable.jobs_per_s, durable.p50_ms,
@@ -222,5 +228,6 @@ int main(int argc, char** argv) {
   std::printf("# target: >= 5000 durable submits/s with p99 < 10 ms: %s\n",
               durable.jobs_per_s >= 5000 && durable.p99_ms < 10 ? "OK" : "FAILED");
   std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(work);
   return no_failures ? 0 : 1;
 }

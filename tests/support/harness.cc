@@ -89,6 +89,26 @@ int FreePort() {
   std::abort();
 }
 
+void EndSliceCgroups(const std::string& site, const std::string& data_dir) {
+  std::error_code ec;
+  std::set<std::string> jobs;
+  for (const auto& e : std::filesystem::directory_iterator(data_dir + "/jobs", ec)) {
+    jobs.insert(e.path().filename().string());
+  }
+  if (jobs.empty()) return;
+  for (const std::string& mount : gateway::Cgroup2Mounts()) {  // the gateway used one of them
+    for (const auto& e : std::filesystem::directory_iterator(mount + "/fedgate-" + site, ec)) {
+      const std::string slice = e.path().filename().string();
+      const size_t dash = slice.rfind('-');
+      if (dash == std::string::npos || !jobs.contains(slice.substr(0, dash))) continue;
+      gateway::KillCgroup(e.path().string());
+      for (int i = 0; i < 200 && !gateway::RemoveCgroup(e.path().string()); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+  }
+}
+
 bool Eventually(const std::function<bool()>& cond, int timeout_ms, int poll_ms) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (true) {
@@ -199,29 +219,7 @@ TestFederation::~TestFederation() {
 }
 
 void TestFederation::RemoveSliceCgroups() {
-  const std::vector<std::string> mounts = gateway::Cgroup2Mounts();
-  // A gateway that is not restarted never removes its slices' cgroups
-  // (<job>-<epoch> under fedgate-<site>); only this federation's jobs are
-  // touched: other federations may use the same site names.
-  for (const auto& [name, s] : sites_) {
-    std::error_code ec;
-    std::set<std::string> jobs;
-    for (const auto& e : std::filesystem::directory_iterator(tmp_ / (name + "/data/jobs"), ec)) {
-      jobs.insert(e.path().filename().string());
-    }
-    if (jobs.empty()) continue;
-    for (const std::string& mount : mounts) {  // the gateway used one of them
-      for (const auto& e : std::filesystem::directory_iterator(mount + "/fedgate-" + name, ec)) {
-        const std::string slice = e.path().filename().string();
-        const size_t dash = slice.rfind('-');
-        if (dash != std::string::npos && jobs.contains(slice.substr(0, dash))) {
-          for (int i = 0; i < 200 && !gateway::RemoveCgroup(e.path().string()); ++i) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(10));
-          }
-        }
-      }
-    }
-  }
+  for (const auto& [name, s] : sites_) EndSliceCgroups(name, tmp_ / (name + "/data"));
 }
 
 std::string TestFederation::work_root() const {

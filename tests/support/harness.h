@@ -29,6 +29,12 @@ std::string FedctlBin();
 // process opens itself bind port 0 instead.
 int FreePort();
 
+// Kills and removes the slice cgroups (<job>-<epoch> under fedgate-<site>)
+// of the jobs that have a folder in data_dir/jobs: what a gateway stopped
+// for good leaves, since its ranks outlive it by design. Other gateways'
+// cgroups are not touched: they may use the same site name.
+void EndSliceCgroups(const std::string& site, const std::string& data_dir);
+
 // Polls `cond` every `poll_ms` until it holds or `timeout_ms` passes.
 bool Eventually(const std::function<bool()>& cond, int timeout_ms, int poll_ms = 50);
 
