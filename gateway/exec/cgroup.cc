@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -85,6 +86,20 @@ std::string CreateSliceCgroup(const CgroupSupport& cg, const std::string& slice,
   if (cg.memory && memory_limit_bytes > 0) (void)Write(path + "/memory.max", std::to_string(memory_limit_bytes));
   if (cg.pids && pids_limit > 0) (void)Write(path + "/pids.max", std::to_string(pids_limit));
   return path;
+}
+
+std::vector<std::string> SliceCgroupsOfJobs(const std::string& root, const std::string& jobs_dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    const size_t dash = name.rfind('-');
+    if (!e.is_directory(ec) || dash == std::string::npos) continue;
+    if (std::filesystem::is_directory(StrCat(jobs_dir, "/", name.substr(0, dash)), ec)) {
+      out.push_back(e.path().string());
+    }
+  }
+  return out;
 }
 
 bool KillCgroup(const std::string& path) {

@@ -32,6 +32,10 @@ CgroupSupport DetectCgroups(const std::string& name);
 // cgroups are not available or it cannot be made.
 std::string CreateSliceCgroup(const CgroupSupport& cg, const std::string& slice,
                               int64_t memory_limit_bytes, int64_t pids_limit);
+// The slice cgroups (<job>-<epoch>) under `root` whose job has a folder in
+// `jobs_dir`: one site's. Another gateway may use the same root (the same
+// site name); its jobs are not in this jobs_dir.
+std::vector<std::string> SliceCgroupsOfJobs(const std::string& root, const std::string& jobs_dir);
 // Kills every process in it (cgroup.kill); false when that is not possible.
 bool KillCgroup(const std::string& path);
 // Kills what is left in it and removes it; true once it is gone. False

@@ -1257,19 +1257,10 @@ void Participant::QueueLeftoverCgroupsLocked() {
   for (const auto& [key, s] : slices_) {
     if (!s.released && !s.cgroup.empty()) live.insert(s.cgroup);
   }
-  // <job>-<epoch> of a job with a folder here: this site's, left by the run
-  // before (killed with its slices running, or before a removal finished).
-  // Another gateway may use the same folder name; its jobs are not ours.
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(cgroups_.root, ec)) {
-    const std::string name = e.path().filename().string();
-    const size_t dash = name.rfind('-');
-    if (!e.is_directory(ec) || dash == std::string::npos || live.contains(e.path().string())) {
-      continue;
-    }
-    if (std::filesystem::is_directory(StrCat(config_.data_dir, "/jobs/", name.substr(0, dash)), ec)) {
-      cgroups_to_remove_.emplace_back(e.path().string(), 0);
-    }
+  // What the run before left (killed with its slices running, or before a
+  // removal finished), less the slices re-attached.
+  for (std::string& path : SliceCgroupsOfJobs(cgroups_.root, config_.data_dir + "/jobs")) {
+    if (!live.contains(path)) cgroups_to_remove_.emplace_back(std::move(path), 0);
   }
   if (!cgroups_to_remove_.empty()) {
     spdlog::info("removing {} slice cgroup(s) left by the previous run", cgroups_to_remove_.size());

@@ -90,19 +90,10 @@ int FreePort() {
 }
 
 void EndSliceCgroups(const std::string& site, const std::string& data_dir) {
-  std::error_code ec;
-  std::set<std::string> jobs;
-  for (const auto& e : std::filesystem::directory_iterator(data_dir + "/jobs", ec)) {
-    jobs.insert(e.path().filename().string());
-  }
-  if (jobs.empty()) return;
   for (const std::string& mount : gateway::Cgroup2Mounts()) {  // the gateway used one of them
-    for (const auto& e : std::filesystem::directory_iterator(mount + "/fedgate-" + site, ec)) {
-      const std::string slice = e.path().filename().string();
-      const size_t dash = slice.rfind('-');
-      if (dash == std::string::npos || !jobs.contains(slice.substr(0, dash))) continue;
-      gateway::KillCgroup(e.path().string());
-      for (int i = 0; i < 200 && !gateway::RemoveCgroup(e.path().string()); ++i) {
+    for (const std::string& cg :
+         gateway::SliceCgroupsOfJobs(mount + "/fedgate-" + site, data_dir + "/jobs")) {
+      for (int i = 0; i < 200 && !gateway::RemoveCgroup(cg); ++i) {  // kills what is left
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
     }
