@@ -176,4 +176,6 @@ std::optional<int> ProcessExecutor::Poll(pid_t pid, const std::string& exit_file
 
 void ProcessExecutor::Signal(pid_t pid, int sig) { ::kill(-pid, sig); }
 
+std::optional<uint64_t> ProcessExecutor::StartTime(pid_t pid) { return ProcStartTime(pid); }
+
 }  // namespace fedgate::gateway

@@ -17,25 +17,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "gateway/exec/rank_runner.h"
 
 namespace fedgate::gateway {
-
-struct RankProcessSpec {
-  std::vector<std::string> argv;
-  std::vector<std::string> env;  // NAME=VALUE, complete
-  std::string log_path;
-  std::string exit_file;  // where the shim writes the exit code
-  std::string workdir;    // "" = the gateway's
-  std::string cgroup;     // the slice's cgroup ("" = none)
-};
-
-// Who ranks run as.
-struct RankUser {
-  bool switch_user = false;  // false: the gateway's own user
-  uid_t uid = 0;
-  gid_t gid = 0;
-  std::string name;
-};
 
 // Resolves `run_as` for a gateway running as `euid`: a gateway that can
 // switch users (root, or CAP_SETUID and CAP_SETGID) must have a run_as user
@@ -44,26 +28,28 @@ absl::StatusOr<RankUser> ResolveRankUser(const std::string& run_as);
 // True when this process may switch users (root or CAP_SETUID+CAP_SETGID).
 bool CanSwitchUsers();
 
-class ProcessExecutor {
+class ProcessExecutor : public RankRunner {
  public:
   // `shim`: the fedgate-shim binary ("" = none: unsupervised children).
   void Configure(std::string shim, RankUser user) {
     shim_ = std::move(shim);
     user_ = std::move(user);
   }
-  bool supervised() const { return !shim_.empty(); }
-  const RankUser& user() const { return user_; }
+  bool supervised() const override { return !shim_.empty(); }
+  const RankUser& user() const override { return user_; }
 
   // The pid of the rank's process group leader (the shim, or the rank).
-  absl::StatusOr<pid_t> Launch(const RankProcessSpec& spec);
+  absl::StatusOr<pid_t> Launch(const RankProcessSpec& spec) override;
   // The exit code (128 + signal for a signal) once the rank ended. Works
   // after a gateway restart too: then the shim is not a child any more and
   // the code comes from `exit_file`; a shim that vanished without writing
   // one (SIGKILL) counts as killed (137). `start_time` (from /proc, 0 =
   // unknown) tells the shim from a process that reused its pid.
-  std::optional<int> Poll(pid_t pid, const std::string& exit_file = "", uint64_t start_time = 0);
+  std::optional<int> Poll(pid_t pid, const std::string& exit_file = "",
+                          uint64_t start_time = 0) override;
   // Signals the rank's whole process group.
-  void Signal(pid_t pid, int sig);
+  void Signal(pid_t pid, int sig) override;
+  std::optional<uint64_t> StartTime(pid_t pid) override;
 
  private:
   std::string shim_;

@@ -18,19 +18,23 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "federation/scheduler.h"
 #include "fedgate/v1/federation.pb.h"
 #include "fedgate/v1/jobs.pb.h"
+#include "gateway/peering/core.h"
 #include "gateway/store/job_store.h"
 
 namespace fedgate::gateway {
 
-class GatewayCore;
+class FanOut;
 class ParticipantCalls;
 
 class Coordinator {
@@ -83,15 +87,43 @@ class Coordinator {
   int64_t worst_renew_gap_ms() const { return worst_gap_ms_; }
 
  private:
+  // coordinator_place.cc: the scheduling pass.
   void PlaceLoop();
   void LoadFairShare();
-  void RenewLoop();
-  void Sleep(int64_t ms);
+  // coordinator_reserve.cc: one job's reservation round.
   // Places and reserves one job; true when its ranks were committed.
   bool TryStart(JobRecord job, const std::vector<std::string>& unreachable);
+  // Saves why the job waits (when it changed); always false.
+  bool Wait(JobRecord* job, std::string reason, int64_t now);
+  // Why a guaranteed job of a governed tenant cannot hold quota now ("" =
+  // it may try); sets its home and whether it stays within nominal quota.
+  std::string QuotaWait(const JobRecord& job, const std::vector<std::string>& unreachable,
+                        std::optional<GatewayCore::TenantHome>* home, bool* within_nominal);
+  // A placement for the job, or why it waits (`*why`).
+  std::optional<v1::PlanResponse> PlaceJob(const JobRecord& job, const v1::RunPlan& run,
+                                           const std::vector<std::string>& unreachable,
+                                           bool may_preempt, bool* preempt, std::string* why);
+  // The virtual cluster of a placement: ranks site by site, node by node.
+  v1::RunPlan VirtualCluster(const v1::PlanResponse& plan, const JobRecord& job,
+                             const v1::RunPlan& previous, const std::string& quota_site,
+                             uint64_t epoch) const;
+  // Phase one on every site at once (and the home site's quota hold).
+  std::vector<absl::StatusOr<v1::PrepareResponse>> PrepareAll(
+      const JobRecord& job, const v1::RunPlan& next,
+      const std::map<std::string, uint32_t>& quota_gpus, bool preempt,
+      std::vector<v1::PrepareRequest>* reqs, int* quota_index);
+  // The decision, durable, then phase two; true when every site committed.
+  bool DecideAndCommit(JobRecord job, const v1::RunPlan& next);
   // Adds an ended run's GPU-seconds to its tenant's fair-share usage.
   void RecordUsage(const JobRecord& job, const v1::RunPlan& run, int64_t now_ms);
   void UndoReservation(JobRecord job, const std::string& why);
+  // coordinator_renew.cc: the renewal pass and what it concludes.
+  struct RenewWork;
+  void RenewLoop();
+  // Asks every site of one job for its slice (calls to this site go to
+  // `local`, made after the remote ones are out).
+  void AskRenewal(RenewWork* w, const std::set<std::string>& down, FanOut* fan,
+                  std::vector<std::function<void()>>* local);
   void Judge(JobRecord job, const v1::RunPlan& run,
              const std::vector<absl::StatusOr<v1::SliceStatusResponse>>& answers, int64_t now);
   // Commits the sites `which` (indices into run.sites) and, unless kNone,
@@ -100,10 +132,7 @@ class Coordinator {
   enum class QuotaCommit { kNone, kAwait, kSend };
   absl::Status CommitAll(const JobRecord& job, const v1::RunPlan& run,
                          const std::vector<int>& which, QuotaCommit quota);
-  // The run holds quota at a home site that runs none of its ranks.
-  static bool QuotaOnly(const v1::RunPlan& run);
-  // A call to this site's own participant runs inline on the caller's thread:
-  // sending the remote ones first lets both halves overlap. Indices into sites.
+  v1::CommitRequest CommitFor(const JobRecord& job, const v1::RunPlan& run) const;
   std::vector<int> RemoteFirst(const std::vector<std::string>& sites) const;
   void ReleaseQuota(const JobRecord& job, const v1::RunPlan& run, const std::string& why);
   // A slice was preempted: the job waits again, and this attempt does not
@@ -112,6 +141,8 @@ class Coordinator {
                  const std::string& by);
   void Fail(JobRecord job, const v1::RunPlan& run, const std::string& reason,
             const std::string& bad_site);
+  void Succeeded(JobRecord job, const v1::RunPlan& run, const std::string& reason, int64_t now);
+  void Sleep(int64_t ms);
   // The compare-and-set write; false (logged) when the job moved meanwhile.
   bool Save(JobRecord* job);
 
@@ -124,7 +155,7 @@ class Coordinator {
   const int64_t lease_ms_;
   // Decayed GPU-seconds per tenant of jobs that ended here (fair-share ties).
   std::mutex share_mu_;
-  federation::FairShare share_;
+  federation::FairShare share_ ABSL_GUARDED_BY(share_mu_);
   uint64_t last_epoch_ = 0;                                        // placement thread only
   std::map<std::string, std::map<std::string, int64_t>> last_ok_;  // renewal thread only
   std::atomic<uint64_t> renew_passes_{0};

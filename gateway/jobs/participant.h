@@ -7,12 +7,14 @@
 #include <atomic>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "federation/capacity_view.h"
 #include "federation/quota.h"
@@ -23,18 +25,18 @@
 #include "fedgate/v1/jobs.pb.h"
 #include "gateway/app/config.h"
 #include "gateway/exec/cgroup.h"
+#include "gateway/exec/cgroup_reaper.h"
 #include "gateway/exec/process_executor.h"
+#include "gateway/exec/rank_runner.h"
 #include "gateway/exec/site_backend.h"
+#include "gateway/jobs/slice.h"
+#include "gateway/store/store.h"
 
 namespace fedgate::federation {
 class Clock;
 }
 
 namespace fedgate::gateway {
-
-class Store;
-
-using SliceState = v1::SliceStatusResponse;
 
 class Participant {
  public:
@@ -48,7 +50,9 @@ class Participant {
   ~Participant();
   // Who ranks run as and the shim that supervises them (before Start);
   // without a shim, ranks are the gateway's children and die with it.
-  void SetExecutor(std::string shim, RankUser user) { exec_.Configure(std::move(shim), std::move(user)); }
+  void SetExecutor(std::string shim, RankUser user);
+  // Replaces how ranks are started (before Start): tests plug a fake.
+  void SetRunner(std::unique_ptr<RankRunner> runner) { runner_ = std::move(runner); }
   // How holds become real and ranks run (before Start); the process
   // backend unless set (executor.kind slurm: MakeSlurmBackend).
   void SetBackend(std::unique_ptr<SiteBackend> backend) { backend_ = std::move(backend); }
@@ -66,7 +70,7 @@ class Participant {
   void Detach();
   // Called (without locks) whenever free GPUs change, to re-advertise.
   void SetOnCapacityChange(std::function<void()> fn) { on_change_ = std::move(fn); }
-  // Called (under the participant's lock) with usage records as they close.
+  // Called (without locks) with usage records as they close.
   void SetOnUsage(std::function<void(const std::vector<federation::UsageRecord>&)> fn) {
     on_usage_ = std::move(fn);
   }
@@ -124,101 +128,118 @@ class Participant {
   // Sets a tenant's quota here (stored, so it outlives a restart).
   absl::StatusOr<v1::TenantQuota> SetQuota(const federation::TenantQuota& q);
 
+  // The participant's lock, for tests that check no slow work runs under
+  // it (a fake RankRunner tries it from another thread).
+  std::mutex& mutex_for_test() ABSL_LOCK_RETURNED(mu_) { return mu_; }
+
  private:
-  struct RankProc {
-    uint32_t rank = 0;
-    pid_t pid = -1;
-    uint64_t start_time = 0;  // of pid, from /proc
-    std::string exit_file;    // written by its shim
-    bool exited = false;
-    int code = 0;
-  };
-  struct Slice {
-    v1::ReservationKey key;
-    std::vector<RankProc> ranks;
-    int64_t lease_deadline_ms = 0;
-    int64_t lease_ms = 0;
-    v1::SliceStatusResponse::State state = v1::SliceStatusResponse::RUNNING;
-    std::string message;
-    bool stopping = false;
-    int64_t kill_at_ms = 0;
-    bool preemptible = false;  // spot or borrowed
-    int64_t started_at_ms = 0;
-    std::map<std::string, uint32_t> gpus_by_node;
-    std::string preempted_by;  // the job that preempted it
-    std::vector<std::string> preempt_files;
-    std::string cgroup;  // "" = none
-    bool released = false;    // every rank exited and the hold's GPUs are free
-    bool reported = false;    // ... and its coordinator has asked since
-    int64_t ended_at_ms = 0;  // when released; finished slices are pruned later
-    // A finished slice only answers status calls (state, message, exit
-    // codes): what ran, stopped or preempted its ranks goes, so that the
-    // window of finished slices stays small.
-    void DropRunningState() {
-      for (auto& r : ranks) std::string().swap(r.exit_file);
-      std::vector<std::string>().swap(preempt_files);
-      std::string().swap(cgroup);
-      gpus_by_node.clear();
-    }
-  };
-  using SliceKey = std::pair<std::string, uint64_t>;  // job id, epoch
+  // Lock order: quota_write_mu_, then mu_, then stored_mu_ (the reaper's
+  // and the store's own locks are leaves). Under mu_ only memory is changed
+  // and processes are signalled; spawns, store writes, file and cgroup
+  // writes and sleeps happen after it is released.
+  struct LaunchPlan;  // participant_commit.cc
+  struct SweepOutcome;  // participant_sweep.cc
+  using Allocs = SiteBackend::Allocs;
+
+  // participant_restart.cc: what the previous run left.
   void CleanUpAfterRestart();
+  void RestoreCordons();
   // Re-attaches to a slice stored before a restart; false when it cannot
   // (then its ranks are stopped).
-  bool ReattachLocked(const std::string& job_id, uint32_t attempt, uint64_t epoch,
-                      const v1::SliceRecord& rec);
+  bool ReattachLocked(const StoredSlice& row, const v1::SliceRecord& rec)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A stored slice that cannot be followed: its ranks are killed and it
+  // answers FAILED to its coordinator.
+  Slice StopStoredSliceLocked(const StoredSlice& row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void QueueLeftoverCgroupsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CloseUsageOfStopped(const std::set<SliceKey>& attached);
+
+  // participant_commit.cc
+  absl::Status CheckCommitRequest(const v1::CommitRequest& req) const;
+  // Which held GPU each rank of the request takes (the hold's indices, in
+  // order, node by node); INVALID_ARGUMENT unless the ranks fit exactly.
+  static absl::StatusOr<std::vector<uint32_t>> MatchRanksToHold(const federation::Hold& held,
+                                                                const v1::CommitRequest& req);
+  absl::Status PrepareWorkDir(const std::string& job) const;
+  absl::StatusOr<LaunchPlan> CommitHoldLocked(const std::string& from, const v1::CommitRequest& req,
+                                              std::string cgroup)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<std::pair<std::string, std::string>> RankEnvironment(
+      const LaunchPlan& plan, const v1::CommitRequest& req, int i) const;
+  void LaunchRanks(const LaunchPlan& plan, const v1::CommitRequest& req, Slice* out,
+                   v1::SliceRecord* rec);
+  void RecordSlice(const LaunchPlan& plan, const Slice& launched, const v1::SliceRecord& rec);
+  void AttachLaunched(const v1::ReservationKey& key, Slice launched);
+
+  // participant_sweep.cc
+  void SweepSliceLocked(Slice* s, int64_t now, SweepOutcome* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PruneFinishedLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FinishSweep(SweepOutcome out);
+  void RunSweeper();
+
   std::string WorkDir(const std::string& job) const;
-  // The backend's reservations of live holds (Slurm allocations).
-  using Allocs = SiteBackend::Allocs;
-  std::map<SliceKey, Allocs> allocs_;
-  std::unique_ptr<SiteBackend> backend_ = MakeProcessBackend();
-  CgroupSupport cgroups_;
-  // Cgroups of released slices whose killed processes were still exiting,
-  // with the sweeps tried so far: removed by a later sweep, not left behind.
-  std::vector<std::pair<std::string, int>> cgroups_to_remove_;
-  void RemoveCgroupsLocked();
-  void QueueLeftoverCgroupsLocked();  // at start, after re-attaching
   // Reservations whose hold is gone (aborted, expired, released): given
   // back by the caller after the lock is dropped.
-  std::vector<Allocs> StaleAllocsLocked();
-  v1::NodeView NodeLocked(const federation::Node& n) const;
-  const federation::Node* FindNode(const std::string& name) const;
-  void StopSliceLocked(Slice* s, const std::string& why, int64_t grace_ms = 0);
+  std::vector<Allocs> StaleAllocsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::NodeView NodeLocked(const federation::Node& n) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const federation::Node* FindNodeLocked(const std::string& name) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StopSliceLocked(Slice* s, const std::string& why, int64_t grace_ms = 0)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // For a guaranteed job that found too few free GPUs: stops the cheapest
   // preemptible slices covering what it lacks and keeps their GPUs for it.
   // The refusal to return (UNAVAILABLE "preempting ...", or the original).
-  absl::Status PreemptLocked(const std::string& job_id, const std::vector<federation::NodeRequest>& want,
-                             const absl::Status& refused);
-  v1::TenantQuota QuotaViewLocked(const federation::TenantQuota& q) const;
+  absl::Status PreemptLocked(const std::string& job_id,
+                             const std::vector<federation::NodeRequest>& want,
+                             const absl::Status& refused) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint32_t GpusComingLocked(const std::string& job_id, const std::string& node,
+                            size_t* waiting) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The backend's reservation for a prepared hold (Slurm: an allocation
+  // per node), made without the lock; an error drops the hold.
+  absl::Status ReserveInBackend(const v1::PrepareRequest& req, const v1::PrepareResponse& resp);
+
+  // participant_quota.cc
+  v1::TenantQuota QuotaViewLocked(const federation::TenantQuota& q) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LoadQuotas();
-  // One stored row per committed quota hold, written with or without mu_;
-  // the sweep deletes released ones. A row written after its hold was
-  // released and swept stays until a restart restores it and its lease lapses.
-  void PersistQuotaHold(const federation::QuotaHold& h);
+  // One stored row per committed quota hold, written without mu_; the sweep
+  // deletes released ones. A row written after its hold was released and
+  // swept stays until a restart restores it and its lease lapses.
+  void PersistQuotaHold(const federation::QuotaHold& h) ABSL_LOCKS_EXCLUDED(mu_);
   // Stored rows whose hold is gone (clears quota_dirty_); DeleteQuotaRows
   // removes them in one transaction, outside mu_.
-  std::vector<std::pair<std::string, uint64_t>> ReleasedQuotaRowsLocked();
-  void DeleteQuotaRows(const std::vector<std::pair<std::string, uint64_t>>& released);
+  std::vector<SliceKey> ReleasedQuotaRowsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DeleteQuotaRows(const std::vector<SliceKey>& released) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // participant_logs.cc
   std::string LogPath(const std::string& job, uint32_t attempt, uint32_t rank) const;
   absl::Status WriteLogOwner(const std::string& job, const std::string& from);
   static uint32_t LatestAttempt(const std::string& job_dir);
 
-  Config config_;
+  const Config config_;
   const federation::Clock* clock_;
   const size_t max_finished_;
   Store* store_;
-  ProcessExecutor exec_;
+  std::unique_ptr<RankRunner> runner_ = std::make_unique<ProcessExecutor>();
+  std::unique_ptr<SiteBackend> backend_ = MakeProcessBackend();
+  CgroupSupport cgroups_;
+  CgroupReaper reaper_;
+  std::mutex quota_write_mu_;  // one SetQuota at a time writes the quotas row
   std::mutex mu_;
-  federation::ReservationLedger ledger_;
-  federation::QuotaLedger quota_;
-  bool quota_dirty_ = false;  // holds released since they were last stored
-  std::mutex stored_mu_;  // after mu_ when both are held
-  std::set<federation::QuotaLedger::Key> stored_quota_holds_;
-  std::map<SliceKey, Slice> slices_;
+  // The site's nodes: the config's, or the resource manager's (RefreshNodes).
+  std::vector<federation::Node> nodes_ ABSL_GUARDED_BY(mu_);
+  std::map<SliceKey, Allocs> allocs_ ABSL_GUARDED_BY(mu_);
+  federation::ReservationLedger ledger_ ABSL_GUARDED_BY(mu_);
+  federation::QuotaLedger quota_ ABSL_GUARDED_BY(mu_);
+  bool quota_dirty_ ABSL_GUARDED_BY(mu_) = false;  // holds released since last stored
+  std::mutex stored_mu_;
+  std::set<federation::QuotaLedger::Key> stored_quota_holds_ ABSL_GUARDED_BY(stored_mu_);
+  std::map<SliceKey, Slice> slices_ ABSL_GUARDED_BY(mu_);
   std::function<void()> on_change_;
   std::function<void(const std::vector<federation::UsageRecord>&)> on_usage_;
   std::atomic<bool> stop_{false};
-  bool detached_ = false;
+  bool detached_ ABSL_GUARDED_BY(mu_) = false;
   std::thread sweeper_;
 };
 

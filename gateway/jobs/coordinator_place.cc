@@ -1,0 +1,131 @@
+// The scheduling pass: the queue policy fedsim replays picks which pending
+// jobs to try, and each is reserved by the reservation round
+// (coordinator_reserve.cc). Also the fair-share usage it ranks tenants by.
+#include <spdlog/spdlog.h>
+
+#include <set>
+
+#include "base/str_cat.h"
+#include "federation/duration.h"
+#include "federation/saturating.h"
+#include "federation/scheduler.h"
+#include "gateway/jobs/coordinator.h"
+
+namespace fedgate::gateway {
+namespace {
+constexpr int64_t kPlacePassMs = 250;
+}  // namespace
+
+using federation::JobState;
+
+void Coordinator::LoadFairShare() {
+  // The decayed usage survives a restart: it is rebuilt from the jobs that
+  // ended here (their last attempt, from its placement to its end).
+  size_t jobs = 0;
+  for (const char* state : {"SUCCEEDED", "FAILED", "CANCELLED"}) {
+    std::string after;
+    for (;;) {
+      auto page = store_->List("", state, after, 1000);
+      if (!page.ok() || page->empty()) break;
+      for (const auto& j : *page) {
+        v1::RunPlan run;
+        if (j.run.empty() || !run.ParseFromString(j.run) || run.epoch() == 0) continue;
+        const int64_t ran_ms = std::max<int64_t>(0, j.updated_at_unix_ms - static_cast<int64_t>(run.epoch()));
+        std::lock_guard lock(share_mu_);
+        share_.Add(j.tenant, j.spec.gpus() * (ran_ms / 1000.0), j.updated_at_unix_ms);
+        ++jobs;
+      }
+      after = page->back().id;
+    }
+  }
+  if (jobs > 0) spdlog::info("fair share: usage of {} ended job(s) loaded", jobs);
+}
+
+void Coordinator::PlaceLoop() {
+  while (!stop_) {
+    PlacePass();
+    Sleep(kPlacePassMs);
+  }
+}
+
+void Coordinator::PlacePass() {
+  // The queue policy fedsim replays (federation/scheduler.h): guaranteed
+  // before spot, shortest per GPU with aging, fair-share ties, EASY backfill.
+  federation::Scheduler sched(federation::SchedPolicy::kFedgate);
+  auto jobs = store_->ListAllActive();
+  if (!jobs.ok()) return;
+  std::map<std::string, JobRecord> pending;
+  std::vector<federation::RunningJob> running;
+  for (auto& j : *jobs) {
+    auto est = federation::ParseDurationMs(j.spec.estimated_duration());
+    const int64_t est_ms = est.ok() ? *est : 3600000;
+    if (j.state == JobState::kReserving) {
+      // Only this thread reserves and it finishes every reservation it
+      // starts, so a job left RESERVING is one a crash interrupted.
+      UndoReservation(j, "reservation interrupted by a coordinator restart; will retry");
+    } else if (j.state == JobState::kPending) {
+      federation::SchedJob q{j.id, j.tenant, j.spec.gpus(), est_ms, j.spec.priority() == "spot",
+                             j.created_at_unix_ms, {}};
+      q.models.assign(j.spec.gpu_models().begin(), j.spec.gpu_models().end());
+      sched.Enqueue(q);
+      std::string id = j.id;
+      pending.emplace(std::move(id), std::move(j));  // moved: a pass holds one copy of each job
+    } else if (j.state == JobState::kRunning) {
+      // Its estimated end, from the reservation's epoch (the time it was
+      // placed, in ms); GPUs of unknown model count for any waiting job.
+      v1::RunPlan run;
+      run.ParseFromString(j.run);
+      running.push_back({federation::SatAdd(static_cast<int64_t>(run.epoch()), est_ms),
+                         {{"*", j.spec.gpus()}}});
+    }
+  }
+  if (pending.empty()) return;
+  // Only this site, its approved peers and sites that accept jobs from the
+  // whole federation can be asked to run ranks: every other known site is
+  // avoided. Computed once per pass.
+  std::vector<std::string> unreachable;
+  federation::GpusByModel free;
+  const std::set<std::string> reachable = core_->SitesForJobs();
+  const auto capacity = core_->Capacity();
+  for (const auto& s : capacity.sites()) {
+    if (!reachable.contains(s.site())) {
+      unreachable.push_back(s.site());
+      continue;
+    }
+    if (s.state() == v1::SiteCapacity::down) continue;
+    // Preemptible GPUs count too: a guaranteed job may take them (a spot
+    // job tried on them just finds no placement).
+    for (const auto& m : s.models()) free[m.model()] += m.free_gpus() + m.preemptible_gpus();
+  }
+  const int64_t now = core_->clock()->NowMs();
+  federation::FairShare share;
+  {
+    std::lock_guard lock(share_mu_);
+    share = share_;
+  }
+  // Tenant weights come from their home sites' ads.
+  for (const auto& q : core_->Quotas()) {
+    if (q.weight() > 0) share.SetWeight(q.tenant(), q.weight());
+  }
+  auto result = sched.Pass(
+      now, free, std::move(running),
+      [&](const federation::SchedJob& q) -> std::optional<federation::GpusByModel> {
+        if (stop_ || !TryStart(pending[q.id], unreachable)) return std::nullopt;
+        return federation::GpusByModel{{"*", q.gpus}};
+      },
+      &share);
+  // Jobs that would fit but would delay the reserved head job say so.
+  for (const auto& id : result.held_back) {
+    JobRecord& j = pending[id];
+    const std::string reason =
+        StrCat("waiting: starting now would delay job ", result.reserved_for.value_or("?"),
+               ", which holds the reservation (backfill)");
+    if (j.reason != reason) {
+      j.reason = reason;
+      j.updated_at_unix_ms = now;
+      Save(&j);
+    }
+  }
+}
+
+}  // namespace fedgate::gateway

@@ -1,0 +1,348 @@
+// The participant on a FakeClock with a FakeRankRunner: no real process, no
+// polling. What a commit starts and with which environment, how a sweep
+// ends slices (exits, failed ranks, lapsed leases, grace then SIGKILL),
+// what the store keeps across a restart, and that ranks are started with
+// the participant's lock free (another thread can take it meanwhile).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "gateway/jobs/participant.h"
+#include "gateway/store/store.h"
+#include "tests/support/fake_clock.h"
+#include "tests/support/fake_rank_runner.h"
+#include "tests/support/temp_dir.h"
+
+namespace fedgate::gateway {
+namespace {
+
+using testing::FakeClock;
+using testing::FakeRankRunner;
+
+constexpr const char* kJob = "j-00000000000000a1";
+
+std::string EnvOf(const RankProcessSpec& spec, const std::string& name) {
+  for (const auto& kv : spec.env) {
+    if (kv.rfind(name + "=", 0) == 0) return kv.substr(name.size() + 1);
+  }
+  return "<unset>";
+}
+
+// True when another thread can take `mu` now (so this one does not hold it).
+bool LockIsFree(std::mutex& mu) {
+  return std::async(std::launch::async, [&mu] {
+           if (!mu.try_lock()) return false;
+           mu.unlock();
+           return true;
+         }).get();
+}
+
+class ParticipantTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    config_.site = "site-a";
+    config_.data_dir = tmp_.path();
+    federation::Node n;
+    n.name = "n1";
+    n.address = "10.0.0.1";
+    n.gpu_model = "A100";
+    n.gpus = 4;
+    config_.nodes = {n};
+    auto store = Store::Open(tmp_ / "db");
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    p_ = Make();
+  }
+  std::unique_ptr<Participant> Make() {
+    auto p = std::make_unique<Participant>(config_, &clock_, store_.get());
+    auto runner = std::make_unique<FakeRankRunner>();
+    runner_ = runner.get();
+    p->SetRunner(std::move(runner));
+    p->SetOnUsage([this](const std::vector<federation::UsageRecord>& recs) {
+      usage_lock_free_ = LockIsFree(p_->mutex_for_test());
+      closed_.insert(closed_.end(), recs.begin(), recs.end());
+    });
+    return p;
+  }
+  v1::ReservationKey Key(uint64_t epoch = 1) const {
+    v1::ReservationKey k;
+    k.set_job_id(kJob);
+    k.set_attempt(1);
+    k.set_epoch(epoch);
+    return k;
+  }
+  // Holds `gpus` GPUs of n1; returns their indices.
+  std::vector<uint32_t> Hold(uint32_t gpus, uint64_t epoch = 1) {
+    v1::PrepareRequest r;
+    *r.mutable_key() = Key(epoch);
+    r.set_tenant("vision");
+    r.add_nodes()->set_node("n1");
+    r.mutable_nodes(0)->set_gpus(gpus);
+    r.set_hold_ttl_ms(30'000);
+    auto got = p_->Prepare("bj", r);
+    EXPECT_TRUE(got.ok()) << got.status();
+    std::vector<uint32_t> out;
+    if (got.ok()) out.assign(got->holds(0).indices().begin(), got->holds(0).indices().end());
+    return out;
+  }
+  v1::CommitRequest Run(uint32_t ranks, int64_t lease_ms = 600'000, uint64_t epoch = 1) const {
+    v1::CommitRequest c;
+    *c.mutable_key() = Key(epoch);
+    for (uint32_t i = 0; i < ranks; ++i) {
+      auto* r = c.add_ranks();
+      r->set_rank(i);
+      r->set_local_rank(i);
+      r->set_local_world_size(ranks);
+      r->set_node("n1");
+    }
+    c.set_world_size(ranks);
+    c.set_master_addr("10.0.0.1");
+    c.set_master_port(29501);
+    c.add_command("train");
+    (*c.mutable_env())["EPOCHS"] = "3";
+    c.set_lease_ms(lease_ms);
+    return c;
+  }
+  v1::SliceStatusResponse StatusOf(uint64_t epoch = 1, int64_t lease_ms = 600'000) {
+    v1::SliceStatusRequest q;
+    *q.mutable_key() = Key(epoch);
+    q.set_lease_ms(lease_ms);
+    auto st = p_->Status("bj", q);
+    EXPECT_TRUE(st.ok()) << st.status();
+    return st.ok() ? *st : v1::SliceStatusResponse();
+  }
+
+  testing::TempDir tmp_;
+  Config config_;
+  FakeClock clock_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Participant> p_;
+  FakeRankRunner* runner_ = nullptr;
+  std::vector<federation::UsageRecord> closed_;
+  bool usage_lock_free_ = false;
+};
+
+TEST_F(ParticipantTest, CommitStartsEachRankOnItsHeldGpuWithTheRankEnvironment) {
+  const auto gpus = Hold(2);
+  ASSERT_EQ(gpus.size(), 2u);
+  ASSERT_TRUE(p_->Commit("bj", Run(2)).ok());
+  const auto launched = runner_->launched();
+  ASSERT_EQ(launched.size(), 2u);
+  for (uint32_t i = 0; i < 2; ++i) {
+    const auto& spec = launched[i].spec;
+    EXPECT_EQ(EnvOf(spec, "RANK"), std::to_string(i));
+    EXPECT_EQ(EnvOf(spec, "CUDA_VISIBLE_DEVICES"), std::to_string(gpus[i])) << "the held GPU";
+    EXPECT_EQ(EnvOf(spec, "WORLD_SIZE"), "2");
+    EXPECT_EQ(EnvOf(spec, "MASTER_PORT"), "29501");
+    EXPECT_EQ(EnvOf(spec, "FEDGATE_JOB_ID"), kJob);
+    EXPECT_EQ(EnvOf(spec, "FEDGATE_SITE"), "site-a");
+    EXPECT_EQ(EnvOf(spec, "FEDGATE_NODE_ADDR"), "10.0.0.1");
+    EXPECT_EQ(EnvOf(spec, "EPOCHS"), "3") << "the spec's env";
+    EXPECT_EQ(EnvOf(spec, "HOME"), tmp_ / ("work/" + std::string(kJob)));
+    EXPECT_EQ(spec.log_path, tmp_ / ("jobs/" + std::string(kJob) + "/attempt-1/rank-" +
+                                     std::to_string(i) + ".log"));
+    EXPECT_EQ(spec.argv.back(), "train");
+  }
+  EXPECT_EQ(p_->FreeGpus()["n1"], 2u);
+  EXPECT_EQ(StatusOf().state(), v1::SliceStatusResponse::RUNNING);
+  auto open = store_->ListUsage(clock_.NowMs(), INT64_MAX, "");
+  ASSERT_TRUE(open.ok());
+  ASSERT_EQ(open->size(), 1u) << "one open usage record per node";
+  EXPECT_EQ((*open)[0].gpus, 2u);
+  EXPECT_EQ((*open)[0].gpu_model, "A100");
+  auto rows = store_->LoadSlices();
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 1u) << "the ranks are stored before the commit answers";
+  EXPECT_EQ((*rows)[0].procs, "0:1000:42,1:1001:42");
+}
+
+TEST_F(ParticipantTest, RanksStartAndUsageClosesWithTheLockFree) {
+  Hold(2);
+  int checked = 0;
+  bool free_at_launch = true;
+  runner_->on_launch = [&](const RankProcessSpec&) {
+    free_at_launch = free_at_launch && LockIsFree(p_->mutex_for_test());
+    ++checked;
+  };
+  ASSERT_TRUE(p_->Commit("bj", Run(2)).ok());
+  EXPECT_EQ(checked, 2);
+  EXPECT_TRUE(free_at_launch) << "a rank was spawned under the participant's lock";
+  for (const auto& l : runner_->launched()) runner_->Exit(l.pid, 0);
+  p_->Sweep();
+  ASSERT_EQ(closed_.size(), 1u);
+  EXPECT_TRUE(usage_lock_free_) << "usage was reported under the participant's lock";
+}
+
+TEST_F(ParticipantTest, ASliceWhoseRanksAllExitedSucceedsAndFreesItsGpus) {
+  Hold(2);
+  ASSERT_TRUE(p_->Commit("bj", Run(2)).ok());
+  const auto launched = runner_->launched();
+  runner_->Exit(launched[0].pid, 0);
+  p_->Sweep();
+  EXPECT_EQ(StatusOf().state(), v1::SliceStatusResponse::RUNNING) << "one rank still runs";
+  EXPECT_EQ(p_->FreeGpus()["n1"], 2u);
+  runner_->Exit(launched[1].pid, 0);
+  clock_.Advance(5000);
+  p_->Sweep();
+  const auto st = StatusOf();
+  EXPECT_EQ(st.state(), v1::SliceStatusResponse::SUCCEEDED);
+  EXPECT_EQ(st.exit_codes().size(), 2u);
+  EXPECT_EQ(p_->FreeGpus()["n1"], 4u);
+  ASSERT_EQ(closed_.size(), 1u);
+  EXPECT_EQ(closed_[0].reason, "succeeded");
+  EXPECT_EQ(closed_[0].end_ms - closed_[0].start_ms, 5000);
+  auto rows = store_->LoadSlices();
+  ASSERT_TRUE(rows.ok());
+  EXPECT_TRUE(rows->empty()) << "an ended slice's row goes";
+}
+
+TEST_F(ParticipantTest, AFailedRankStopsItsSiblingsAndSigkillsThemAfterTheGrace) {
+  Hold(2);
+  ASSERT_TRUE(p_->Commit("bj", Run(2)).ok());
+  const auto launched = runner_->launched();
+  runner_->IgnoreSigterm(true);
+  runner_->Exit(launched[0].pid, 3);
+  p_->Sweep();
+  EXPECT_EQ(runner_->SignalsTo(launched[1].pid), std::vector<int>{SIGTERM});
+  EXPECT_EQ(StatusOf().state(), v1::SliceStatusResponse::FAILED);
+  EXPECT_EQ(p_->FreeGpus()["n1"], 2u) << "GPUs stay used until every rank exited";
+  clock_.Advance(2999);
+  p_->Sweep();
+  EXPECT_EQ(runner_->SignalsTo(launched[1].pid).size(), 1u) << "still within the grace";
+  clock_.Advance(2);
+  p_->Sweep();
+  EXPECT_EQ(runner_->SignalsTo(launched[1].pid), (std::vector<int>{SIGTERM, SIGKILL}));
+  p_->Sweep();
+  EXPECT_EQ(p_->FreeGpus()["n1"], 4u);
+  const auto st = StatusOf();
+  EXPECT_EQ(st.message(), "a rank failed");
+  EXPECT_EQ(st.exit_codes().at(0), 3);
+  EXPECT_EQ(st.exit_codes().at(1), 128 + SIGKILL);
+}
+
+TEST_F(ParticipantTest, ASliceWhoseLeaseLapsesIsStopped) {
+  Hold(1);
+  ASSERT_TRUE(p_->Commit("bj", Run(1, 5000)).ok());
+  clock_.Advance(4000);
+  StatusOf(1, 5000);  // a renewal
+  clock_.Advance(4000);
+  p_->Sweep();
+  EXPECT_EQ(StatusOf(1, 5000).state(), v1::SliceStatusResponse::RUNNING) << "renewed";
+  clock_.Advance(5001);
+  p_->Sweep();
+  const pid_t pid = runner_->launched()[0].pid;
+  EXPECT_EQ(runner_->SignalsTo(pid), std::vector<int>{SIGTERM});
+  p_->Sweep();
+  const auto st = StatusOf();
+  EXPECT_EQ(st.state(), v1::SliceStatusResponse::FAILED);
+  EXPECT_NE(st.message().find("lease expired"), std::string::npos) << st.message();
+  EXPECT_EQ(p_->FreeGpus()["n1"], 4u);
+}
+
+TEST_F(ParticipantTest, AnAbortWhileRanksStartStopsThemAsTheyStart) {
+  Hold(2);
+  // The abort runs on a thread of its own while rank 1 starts; it must not
+  // wait for the commit (a thread, not std::async: a failing run must not
+  // hang in the future's destructor).
+  std::promise<absl::Status> aborted;
+  std::thread aborter;
+  bool answered_in_time = false;
+  runner_->on_launch = [&](const RankProcessSpec& spec) {
+    if (EnvOf(spec, "RANK") != "1") return;
+    aborter = std::thread([&] {
+      v1::AbortRequest a;
+      *a.mutable_key() = Key();
+      a.set_reason("the job was cancelled");
+      auto st = p_->Abort("bj", a);
+      aborted.set_value(st.status());
+    });
+    answered_in_time = aborted.get_future().wait_for(std::chrono::seconds(10)) ==
+                       std::future_status::ready;
+  };
+  ASSERT_TRUE(p_->Commit("bj", Run(2)).ok());
+  aborter.join();
+  ASSERT_TRUE(answered_in_time) << "Abort waited for the commit's spawns";
+  for (const auto& l : runner_->launched()) {
+    EXPECT_EQ(runner_->SignalsTo(l.pid), std::vector<int>{SIGTERM}) << "rank pid " << l.pid;
+  }
+  p_->Sweep();
+  const auto st = StatusOf();
+  EXPECT_EQ(st.state(), v1::SliceStatusResponse::FAILED);
+  EXPECT_EQ(st.message(), "aborted: the job was cancelled");
+  EXPECT_EQ(p_->FreeGpus()["n1"], 4u);
+}
+
+TEST_F(ParticipantTest, ACommitWhoseRanksDoNotFitTheHoldStartsNothing) {
+  Hold(2);
+  auto three = p_->Commit("bj", Run(3));
+  EXPECT_EQ(three.status().code(), absl::StatusCode::kInvalidArgument) << three.status();
+  auto one = p_->Commit("bj", Run(1));
+  EXPECT_EQ(one.status().code(), absl::StatusCode::kInvalidArgument) << one.status();
+  EXPECT_NE(one.status().message().find("1 rank(s) for the 2 GPU(s) held on node n1"),
+            std::string::npos)
+      << one.status();
+  auto foreign = p_->Commit("sh", Run(2));
+  EXPECT_EQ(foreign.status().code(), absl::StatusCode::kPermissionDenied) << foreign.status();
+  EXPECT_TRUE(runner_->launched().empty());
+  EXPECT_EQ(StatusOf().state(), v1::SliceStatusResponse::HELD) << "the hold is untouched";
+  ASSERT_TRUE(p_->Commit("bj", Run(2)).ok());
+  ASSERT_TRUE(p_->Commit("bj", Run(2)).ok()) << "a duplicate commit answers OK";
+  EXPECT_EQ(runner_->launched().size(), 2u) << "... and starts nothing more";
+}
+
+TEST_F(ParticipantTest, ARankThatCannotStartCountsAsExited127) {
+  Hold(1);
+  runner_->FailLaunches(true);
+  ASSERT_TRUE(p_->Commit("bj", Run(1)).ok());
+  p_->Sweep();
+  const auto st = StatusOf();
+  EXPECT_EQ(st.state(), v1::SliceStatusResponse::FAILED);
+  EXPECT_EQ(st.exit_codes().at(0), 127);
+  EXPECT_NE(testing::ReadText(tmp_ / ("jobs/" + std::string(kJob) + "/attempt-1/rank-0.log"))
+                .find("fedgate: fake: cannot start"),
+            std::string::npos);
+  EXPECT_EQ(p_->FreeGpus()["n1"], 4u);
+}
+
+// A participant that goes away without a sweep leaves its slice's row and
+// open usage record in the store, as a crash would.
+TEST_F(ParticipantTest, AfterARestartUnsupervisedRanksAreKilledAndTheirUsageCloses) {
+  Hold(1);
+  ASSERT_TRUE(p_->Commit("bj", Run(1)).ok());
+  p_ = Make();
+  p_->Start();
+  EXPECT_EQ(runner_->SignalsTo(1000), std::vector<int>{SIGKILL})
+      << "the stored rank (same pid and start time) is killed";
+  const auto st = StatusOf();
+  EXPECT_EQ(st.state(), v1::SliceStatusResponse::FAILED);
+  EXPECT_NE(st.message().find("the gateway restarted"), std::string::npos) << st.message();
+  ASSERT_EQ(closed_.size(), 1u);
+  EXPECT_EQ(closed_[0].reason, "gateway restarted: ranks stopped");
+  auto rows = store_->LoadSlices();
+  ASSERT_TRUE(rows.ok());
+  EXPECT_TRUE(rows->empty());
+  EXPECT_EQ(p_->FreeGpus()["n1"], 4u);
+}
+
+TEST_F(ParticipantTest, AfterARestartSupervisedRanksAreFollowedToTheirEnd) {
+  Hold(1);
+  ASSERT_TRUE(p_->Commit("bj", Run(1)).ok());
+  p_ = Make();
+  runner_->SetSupervised(true);
+  p_->Start();
+  EXPECT_TRUE(runner_->SignalsTo(1000).empty());
+  EXPECT_EQ(StatusOf().state(), v1::SliceStatusResponse::RUNNING);
+  EXPECT_EQ(p_->FreeGpus()["n1"], 3u) << "its GPU is held again";
+  EXPECT_TRUE(closed_.empty()) << "its usage stays open";
+  runner_->Exit(1000, 0);
+  p_->Sweep();
+  EXPECT_EQ(StatusOf().state(), v1::SliceStatusResponse::SUCCEEDED);
+  EXPECT_EQ(p_->FreeGpus()["n1"], 4u);
+  ASSERT_EQ(closed_.size(), 1u);
+  EXPECT_EQ(closed_[0].reason, "succeeded");
+}
+
+}  // namespace
+}  // namespace fedgate::gateway
