@@ -1,5 +1,15 @@
 // The gateway's domain manager: federation state (ads, peers, inventory)
 // behind one lock, callable directly from the thin gRPC handlers and tests.
+// Its rooms: core.cc (start, peers), core_ads.cc (ads in and out),
+// core_view.cc (the federation view: capacity, plan, sites, endpoints,
+// links), core_homes.cc (tenant homes, pure in federation/tenant_homes),
+// core_metrics.cc (its metric families, declared once).
+//
+// Lock order: publish_mu_, admin_mu_ or homes_write_mu_, then mu_. The
+// first three only keep this site's store writes (ad seq, peers, tenant
+// homes) in order and are never taken by a plan, a scrape or an incoming
+// ad; mu_ is never held across a store write, and never while the
+// participant is asked for its free GPUs (those are read before it).
 #pragma once
 
 #include <atomic>
@@ -13,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "federation/ad_store.h"
 #include "federation/capacity_view.h"
@@ -20,6 +31,7 @@
 #include "federation/inventory.h"
 #include "federation/link_matrix.h"
 #include "federation/peer_registry.h"
+#include "federation/tenant_homes.h"
 #include "fedgate/v1/admin.pb.h"
 #include "fedgate/v1/federation.pb.h"
 #include "fedgate/v1/jobs.pb.h"
@@ -62,12 +74,7 @@ class GatewayCore {
 
   // The tenant's home site as the fresh ads say (nullopt: no site governs
   // it, so it has no quota limit). `error` is set when two sites claim it.
-  struct TenantHome {
-    std::string site;
-    bool up = true;
-    v1::TenantQuota quota;
-    std::string error;
-  };
+  using TenantHome = federation::TenantHome;
   std::optional<TenantHome> HomeOf(const std::string& tenant);
   // Every governed tenant's quota and use, as the home sites advertise them.
   std::vector<v1::TenantQuota> Quotas();
@@ -138,48 +145,66 @@ class GatewayCore {
   const federation::Clock* clock() const { return clock_; }
 
  private:
-  void UpdateGaugesLocked();
+  // What this site offers besides the ledger's free GPUs, read from the
+  // participant before mu_ is taken.
+  struct LocalState {
+    std::map<std::string, uint32_t> free;
+    federation::NodeExtras extras;
+  };
+  LocalState ReadLocal() const;
+  void DescribeMetrics();
+  void UpdateGaugesLocked(const std::map<std::string, uint32_t>& local_free)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Stamps this site's ad with its incarnation and endpoint, signs it, stores it.
-  void PublishLocked(v1::CapacityAd ad);
+  void PublishLocked(v1::CapacityAd ad) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every link known (own measurements and fresh peers' ads), rebuilt only
   // when those change: a placement pass plans once per pending job. Valid
   // while mu_ is held.
-  const federation::LinkMatrix& LinksLocked();
+  const federation::LinkMatrix& LinksLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The next seq, stored before any ad carries it.
+  absl::StatusOr<uint64_t> NextSeq() ABSL_EXCLUSIVE_LOCKS_REQUIRED(publish_mu_);
+  // Tenant homes follow the ads; a change is stored after mu_ is let go.
+  struct HomesSnapshot {
+    uint64_t gen = 0;
+    std::string blob;
+  };
+  std::optional<HomesSnapshot> RefreshHomesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  HomesSnapshot HomesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PersistHomes(const std::optional<HomesSnapshot>& homes) ABSL_LOCKS_EXCLUDED(mu_);
 
-  Config config_;
+  const Config config_;
   const federation::Clock* clock_;
   Store* store_;
   std::unique_ptr<federation::InventorySource> inventory_;
   Metrics* metrics_;
 
+  std::mutex publish_mu_;
+  uint64_t seq_ ABSL_GUARDED_BY(publish_mu_) = 0;
+  std::mutex admin_mu_;  // one peer change at a time: stored, then applied
+  std::mutex homes_write_mu_;
+  uint64_t homes_written_gen_ ABSL_GUARDED_BY(homes_write_mu_) = 0;
   std::mutex mu_;
   std::condition_variable cv_;
-  federation::AdStore ads_;
-  federation::PeerRegistry peers_;
-  uint64_t seq_ = 0;
-  uint64_t incarnation_ = 0;  // this start's, from Init
+  federation::AdStore ads_ ABSL_GUARDED_BY(mu_);
+  federation::PeerRegistry peers_ ABSL_GUARDED_BY(mu_);
+  uint64_t incarnation_ = 0;  // this start's, from Init; read-only after it
   std::atomic<uint64_t> own_seq_{0};
   AdAuthority* ad_authority_ = nullptr;
   std::shared_ptr<RevocationList> revocation_;
-  std::map<std::string, v1::Link> own_links_;  // by destination site
-  uint64_t own_links_gen_ = 0;                  // bumped on every change
+  std::map<std::string, v1::Link> own_links_ ABSL_GUARDED_BY(mu_);  // by destination site
+  uint64_t own_links_gen_ ABSL_GUARDED_BY(mu_) = 0;                 // bumped on every change
   struct LinksCache {
     uint64_t ads_version = 0, own_links_gen = 0;
     std::vector<const federation::StoredAd*> fresh;  // the ads it was built from
     std::optional<federation::LinkMatrix> links;
-  } links_cache_;
+  } links_cache_ ABSL_GUARDED_BY(mu_);
   std::function<void()> peers_changed_;
   std::function<std::map<std::string, uint32_t>()> free_fn_;
   std::function<federation::NodeExtras()> extras_fn_;
-  // The last known home (and quota) of every governed tenant, kept when the
-  // home's ad expires so that a home site that is down blocks its tenants'
-  // new guaranteed work instead of leaving them ungoverned. Persisted.
-  std::map<std::string, v1::TenantQuota> known_homes_;
-  void RefreshHomesLocked();
-  void PersistHomesLocked();
   std::function<std::vector<v1::TenantQuota>()> tenants_fn_;
-  federation::NodeExtras LocalExtras() { return extras_fn_ ? extras_fn_() : federation::NodeExtras{}; }
-  std::map<std::string, uint32_t> LocalFree() { return free_fn_ ? free_fn_() : std::map<std::string, uint32_t>{}; }
+  // The last known home (and quota) of every governed tenant. Persisted.
+  federation::KnownHomes known_homes_ ABSL_GUARDED_BY(mu_);
+  uint64_t homes_gen_ ABSL_GUARDED_BY(mu_) = 0;  // bumped on every change
 };
 
 }  // namespace fedgate::gateway

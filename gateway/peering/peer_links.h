@@ -14,6 +14,9 @@
 
 #include <grpcpp/security/tls_certificate_provider.h>
 
+#include "absl/base/thread_annotations.h"
+#include <grpcpp/support/status.h>
+
 namespace fedgate::gateway {
 
 class GatewayCore;
@@ -37,13 +40,19 @@ class PeerLinks {
 
  private:
   struct Link;
+  // A link's thread: handshake, push what the peer lacks, wait for news,
+  // back off after failures; until stopped or drained.
   void Run(Link* link);
+  void Handshake(Link* link);
+  void Push(Link* link, bool draining);
+  void WaitForNews(Link* link);
+  void Fail(Link* link, const std::string& what, const grpc::Status& st);
 
   GatewayCore* core_;
   std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider_;
   std::mutex mu_;
-  std::map<std::string, std::unique_ptr<Link>> links_;
-  bool shut_down_ = false;
+  std::map<std::string, std::unique_ptr<Link>> links_ ABSL_GUARDED_BY(mu_);
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   std::function<void(const std::string&)> on_up_;
 };
 
