@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cmath>
 
+#include "base/number.h"
 #include "base/str_cat.h"
 
 namespace fedgate::federation {
@@ -21,12 +22,9 @@ absl::StatusOr<int64_t> ParseDurationMs(std::string_view text) {
   std::string_view number = text.substr(0, i);
   std::string_view unit = text.substr(i);
   if (number.find('.') != number.rfind('.')) return bad("malformed number");
-  double value = 0;
-  try {
-    value = std::stod(std::string(number));
-  } catch (...) {
-    return bad("malformed number");
-  }
+  const auto parsed = ParseDouble(number);
+  if (!parsed) return bad("malformed number");
+  const double value = *parsed;
   double scale = 0;
   if (unit == "ms") {
     scale = 1;

@@ -2,6 +2,7 @@
 
 #include <charconv>
 
+#include "base/number.h"
 #include "base/str_cat.h"
 #include "base/text.h"
 
@@ -25,10 +26,11 @@ absl::StatusOr<std::vector<GpuHealthReport>> ParseHealthOutput(
     r.node = std::string(words[0]);
     auto node = nodes.find(r.node);
     if (node == nodes.end()) return bad(StrCat("no node \"", r.node, "\" at this site"));
-    auto [end, ec] = std::from_chars(words[1].data(), words[1].data() + words[1].size(), r.gpu);
-    if (ec != std::errc() || end != words[1].data() + words[1].size()) {
+    const auto gpu = ParseNumber<uint32_t>(words[1]);
+    if (!gpu) {
       return bad(StrCat("GPU index \"", words[1], "\" is not a number"));
     }
+    r.gpu = *gpu;
     if (r.gpu >= node->second) {
       return bad(StrCat("node ", r.node, " has ", node->second, " GPU(s), no index ", r.gpu));
     }

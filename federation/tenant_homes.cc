@@ -73,10 +73,11 @@ std::vector<v1::TenantQuota> AllQuotas(const std::vector<const StoredAd*>& fresh
   }
   std::vector<v1::TenantQuota> out;
   for (auto& [tenant, list] : claims) {
+    // Every claimant named in each entry's error (before any entry moves out).
+    std::string sites;
+    for (const auto& o : list) sites += StrCat(sites.empty() ? "" : ", ", o.home());
     for (auto& t : list) {
       if (list.size() > 1) {
-        std::string sites;
-        for (const auto& o : list) sites += StrCat(sites.empty() ? "" : ", ", o.home());
         t.set_error(StrCat("tenant ", tenant, " is claimed by ", list.size(), " sites (", sites,
                            "): new guaranteed work waits"));
       }

@@ -1,4 +1,5 @@
 #include "transport/engine.h"
+#include "base/number.h"
 #include "base/host_port.h"
 
 #include <poll.h>
@@ -202,13 +203,9 @@ absl::StatusOr<std::unique_ptr<BenchServer>> BenchServer::Listen(const std::stri
       host.empty() || host == "*" ? asio::ip::address(asio::ip::address_v6::any())
                                   : asio::ip::make_address(host, ec);
   if (ec) return absl::InvalidArgumentError(StrCat("invalid listen address \"", address, "\""));
-  int port_num = 0;
-  try {
-    port_num = std::stoi(port);
-  } catch (...) {
-    return absl::InvalidArgumentError(StrCat("invalid listen address \"", address, "\""));
-  }
-  tcp::endpoint ep(addr, static_cast<uint16_t>(port_num));
+  const auto port_num = ParseNumber<uint16_t>(port);
+  if (!port_num) return absl::InvalidArgumentError(StrCat("invalid listen address \"", address, "\""));
+  tcp::endpoint ep(addr, *port_num);
   auto& acc = server->impl_->acceptor;
   acc.open(ep.protocol(), ec);
   if (!ec && addr.is_v6()) acc.set_option(asio::ip::v6_only(false), ec);

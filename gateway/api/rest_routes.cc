@@ -5,6 +5,7 @@
 #include <charconv>
 #include <map>
 
+#include "base/number.h"
 #include "base/str_cat.h"
 
 namespace fedgate::gateway {
@@ -38,14 +39,12 @@ template <typename T>
 absl::StatusOr<T> Number(const std::map<std::string, std::string>& q, const std::string& name) {
   auto it = q.find(name);
   if (it == q.end()) return T{0};
-  T v{};
-  const char* end = it->second.data() + it->second.size();
-  auto [p, ec] = std::from_chars(it->second.data(), end, v);
-  if (ec != std::errc() || p != end || it->second.empty()) {
+  const auto v = ParseNumber<T>(it->second);
+  if (!v) {
     return absl::InvalidArgumentError(StrCat(name, " must be a whole number, got \"",
                                              it->second.substr(0, 40), "\""));
   }
-  return v;
+  return *v;
 }
 
 }  // namespace

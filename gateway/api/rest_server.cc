@@ -76,15 +76,15 @@ absl::StatusOr<std::shared_ptr<ssl::context>> MakeTlsContext(const Config& confi
   boost::system::error_code ec;
   tls->set_options(ssl::context::no_sslv2 | ssl::context::no_sslv3 | ssl::context::no_tlsv1 |
                    ssl::context::no_tlsv1_1);
-  tls->use_certificate_chain_file(config.tls_cert, ec);
-  if (!ec) tls->use_private_key_file(config.tls_key, ssl::context::pem, ec);
-  if (!ec) tls->load_verify_file(config.tls_ca, ec);
+  tls->use_certificate_chain_file(config.tls.cert, ec);
+  if (!ec) tls->use_private_key_file(config.tls.key, ssl::context::pem, ec);
+  if (!ec) tls->load_verify_file(config.tls.ca, ec);
   if (ec) return absl::InvalidArgumentError(StrCat("listen.http: TLS files: ", ec.message()));
-  if (!config.tls_crl.empty()) {
-    auto crl = ReadFile(config.tls_crl);
+  if (!config.tls.crl.empty()) {
+    auto crl = ReadFile(config.tls.crl);
     if (!crl.ok()) return crl.status();
     if (auto st = AddCrlsToStore(SSL_CTX_get_cert_store(tls->native_handle()), *crl); !st.ok()) {
-      return absl::InvalidArgumentError(StrCat("tls.crl: ", config.tls_crl, ": ", st.message()));
+      return absl::InvalidArgumentError(StrCat("tls.crl: ", config.tls.crl, ": ", st.message()));
     }
   }
   tls->set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert);
@@ -163,8 +163,8 @@ struct RestServer::Impl {
   std::unique_ptr<RevocationList> crl;
 
   std::string TlsStamp() const {
-    return StrCat(FileStamp(config.tls_ca), ";", FileStamp(config.tls_cert), ";",
-                  FileStamp(config.tls_key), ";", FileStamp(config.tls_crl));
+    return StrCat(FileStamp(config.tls.ca), ";", FileStamp(config.tls.cert), ";",
+                  FileStamp(config.tls.key), ";", FileStamp(config.tls.crl));
   }
 
   // The current context: rebuilt when a file changed (looked at once a
@@ -221,7 +221,7 @@ struct RestServer::Impl {
     boost::system::error_code ec;
     // The handshake and each request (headers and body) must arrive within
     // api.read_timeout; an idle keep-alive connection is closed after it too.
-    const std::chrono::milliseconds read_deadline(config.api_read_timeout_ms);
+    const std::chrono::milliseconds read_deadline(config.api.read_timeout_ms);
     deadlines.Arm(fd, read_deadline);
     struct Disarm {
       Deadlines& d;
@@ -347,17 +347,17 @@ absl::StatusOr<std::unique_ptr<RestServer>> RestServer::Start(const Config& conf
   im.jobs = jobs;
   im.metrics = metrics;
   boost::system::error_code ec;
-  im.crl = std::make_unique<RevocationList>(config.tls_crl);
+  im.crl = std::make_unique<RevocationList>(config.tls.crl);
   im.tls_stamp = im.TlsStamp();
   auto tls = MakeTlsContext(config);
   if (!tls.ok()) return tls.status();
   im.tls = std::move(*tls);
   im.tls_checked = std::chrono::steady_clock::now();
-  const auto [host, port_text] = SplitHostPort(config.listen_http);
+  const auto [host, port_text] = SplitHostPort(config.listen.http);
   const auto port = ParsePort(port_text);
   if (!port) {
     return absl::InvalidArgumentError(
-        StrCat("listen.http: \"", config.listen_http, "\" has no valid port (want HOST:PORT)"));
+        StrCat("listen.http: \"", config.listen.http, "\" has no valid port (want HOST:PORT)"));
   }
   auto addr = asio::ip::make_address(host, ec);
   if (ec) {
@@ -372,7 +372,7 @@ absl::StatusOr<std::unique_ptr<RestServer>> RestServer::Start(const Config& conf
   if (!ec) im.acceptor.bind(ep, ec);
   if (!ec) im.acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) {
-    return absl::UnavailableError(StrCat("listen.http: cannot listen on ", config.listen_http, ": ",
+    return absl::UnavailableError(StrCat("listen.http: cannot listen on ", config.listen.http, ": ",
                                          ec.message()));
   }
   im.port = im.acceptor.local_endpoint().port();

@@ -15,7 +15,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "gateway/app/config.h"
+#include "gateway/config/config.h"
 
 namespace fedgate::gateway {
 

@@ -6,6 +6,7 @@
 #include "gateway/ops/audit_log.h"
 
 
+#include "gateway/api/rpc_guard.h"
 #include "gateway/security/authz.h"
 #include "gateway/peering/bench_host.h"
 #include "base/str_cat.h"
@@ -18,35 +19,6 @@
 
 namespace fedgate::gateway {
 namespace {
-
-// Handler time of one call, by method and status code.
-void ObserveRpc(Metrics* metrics, const char* method, const absl::Status& st,
-                std::chrono::steady_clock::time_point t0) {
-  metrics->Observe("fedgate_rpc_duration_seconds",
-                   {{"method", method}, {"code", absl::StatusCodeToString(st.code())}},
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-}
-
-// Authorizes, counts the call as handled, runs `body`, finishes the reactor.
-template <typename Body>
-grpc::ServerUnaryReactor* Guarded(grpc::CallbackServerContext* ctx, const Authorizer* authz,
-                                  Metrics* metrics, RpcClass cls, const char* method, Body body) {
-  auto* reactor = ctx->DefaultReactor();
-  auto caller = authz->Authorize(*ctx->auth_context(), cls, method);
-  if (!caller.ok()) {
-    reactor->Finish(ToGrpc(caller.status()));
-    return reactor;
-  }
-  metrics->Inc(cls == RpcClass::kAdmin ? "fedgate_admin_rpc_handled_total"
-               : cls == RpcClass::kJob ? "fedgate_job_rpc_handled_total"
-                                       : "fedgate_peer_rpc_handled_total",
-               {{"method", method}});
-  const auto t0 = std::chrono::steady_clock::now();
-  const absl::Status st = body(*caller);
-  ObserveRpc(metrics, method, st, t0);
-  reactor->Finish(ToGrpc(st));
-  return reactor;
-}
 
 }  // namespace
 

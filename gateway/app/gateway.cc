@@ -22,6 +22,8 @@
 #include "gateway/jobs/participant_client.h"
 #include "gateway/api/rest_server.h"
 #include "gateway/jobs/job_manager.h"
+#include "gateway/jobs/job_metrics.h"
+#include "gateway/jobs/usage_gather.h"
 #include "gateway/store/job_store.h"
 #include "gateway/ops/metrics.h"
 #include "gateway/ops/audit_log.h"
@@ -39,8 +41,8 @@ namespace {
 
 GpuHealthProbe::Options HealthOptions(const Config& config) {
   GpuHealthProbe::Options o;
-  o.command = config.health_command;
-  o.interval_ms = config.health_interval_ms;
+  o.command = config.health.command;
+  o.interval_ms = config.health.interval_ms;
   for (const auto& n : config.nodes) o.nodes[n.name] = n.gpus;
   // NVML and nvidia-smi see this host's GPUs: the node named like this
   // host, or the only node of a one-node site.
@@ -65,21 +67,41 @@ Gateway::~Gateway() { Stop(); }
 absl::Status Gateway::Start() {
   clock_ = std::make_unique<SystemClock>();
   metrics_ = std::make_unique<Metrics>();
+  // Each step needs the ones before it; the first error stops the start.
+  for (auto step : {&Gateway::OpenStoreAndCore, &Gateway::StartParticipantSide,
+                    &Gateway::StartOps, &Gateway::MakeServices, &Gateway::MakeJobs,
+                    &Gateway::ServeGrpc, &Gateway::ServeRest, &Gateway::StartLoops,
+                    &Gateway::WritePorts}) {
+    if (auto st = (this->*step)(); !st.ok()) return st;
+  }
+  ready_ = true;
+  spdlog::info("fedgate {} site {} (federation {}) serving gRPC on port {}, REST on port {}, ops "
+               "on port {}; {} node(s), {} approved peer(s)",
+               kVersion, config_.site, config_.federation, grpc_port_, rest_ ? rest_->port() : 0,
+               ops_->port(),
+               config_.nodes.size(), core_->Peers().size());
+  return absl::OkStatus();
+}
+
+unsigned Gateway::ReloadSeconds() const {
+  return static_cast<unsigned>(std::max<int64_t>(1, config_.tls.reload_interval_ms / 1000));
+}
+
+// The store, the inventory (static or Slurm's) and the federation core.
+absl::Status Gateway::OpenStoreAndCore() {
   auto store = Store::Open(config_.data_dir);
   if (!store.ok()) return store.status();
   store_ = std::move(*store);
   std::unique_ptr<federation::InventorySource> inventory;
-  if (config_.inventory_source == "slurm") {
-    slurm_ = std::make_unique<SlurmCluster>(SlurmConfig{
-        config_.slurm_partition, config_.slurm_conf, config_.slurm_gpu_models,
-        config_.slurm_accounts});
+  if (config_.inventory.source == "slurm") {
+    slurm_ = std::make_unique<SlurmCluster>(config_.slurm);
     // A controller that is down now is not fatal: the site offers nothing
     // until Slurm answers, and says why.
     if (auto st = slurm_->Refresh(); !st.ok()) {
       spdlog::warn("slurm: no nodes yet: {}", std::string(st.message()));
     } else {
       spdlog::info("slurm: {} node(s) with GPUs in partition {}", slurm_->InventoryNodes().size(),
-                   config_.slurm_partition);
+                   config_.slurm.partition);
     }
     inventory = std::make_unique<SlurmInventory>(slurm_.get());
   } else {
@@ -87,15 +109,21 @@ absl::Status Gateway::Start() {
   }
   core_ = std::make_unique<GatewayCore>(config_, clock_.get(), store_.get(), std::move(inventory),
                                         metrics_.get());
-  ad_authority_ = std::make_unique<FileAdAuthority>(config_.tls_ca, config_.tls_cert,
-                                                    config_.tls_key, config_.federation,
-                                                    config_.tls_crl);
+  ad_authority_ = std::make_unique<FileAdAuthority>(config_.tls.ca, config_.tls.cert,
+                                                    config_.tls.key, config_.federation,
+                                                    config_.tls.crl);
   core_->SetAdAuthority(ad_authority_.get());
-  core_->SetRevocation(std::make_shared<RevocationList>(config_.tls_crl));
+  core_->SetRevocation(std::make_shared<RevocationList>(config_.tls.crl));
   if (auto st = core_->Init(); !st.ok()) return st;
+  return absl::OkStatus();
+}
+
+// The participant (who ranks run as, under which shim, in which cgroups),
+// wired to the core, and the GPU health probe.
+absl::Status Gateway::StartParticipantSide() {
   participant_ = std::make_unique<Participant>(config_, clock_.get(), store_.get());
   {
-    auto user = ResolveRankUser(config_.executor_run_as);
+    auto user = ResolveRankUser(config_.executor.run_as);
     if (!user.ok()) return user.status();
     // fedgate-shim lives beside fedgate; without it ranks are children of
     // the gateway and neither isolated nor kept across a restart.
@@ -107,10 +135,10 @@ absl::Status Gateway::Start() {
     if (slurm_) participant_->SetBackend(MakeSlurmBackend(slurm_.get()));
     const CgroupSupport cg = shim.empty() ? CgroupSupport{} : DetectCgroups("fedgate-" + config_.site);
     participant_->SetCgroups(cg);
-    if (!cg.memory && config_.executor_memory_limit > 0) {
+    if (!cg.memory && config_.executor.memory_limit > 0) {
       spdlog::warn("executor.memory_limit is not applied: no memory controller");
     }
-    if (!cg.pids && config_.executor_pids_limit > 0) {
+    if (!cg.pids && config_.executor.pids_limit > 0) {
       spdlog::warn("executor.pids_limit is not applied: no pids controller");
     }
     if (shim.empty()) {
@@ -120,7 +148,7 @@ absl::Status Gateway::Start() {
       spdlog::info("isolation: ranks run as {}{} under {}, in their job's folder under {}, with "
                    "an allowlisted environment; data_dir is private; {}",
                    user->name, user->switch_user ? "" : " (the gateway cannot switch users)",
-                   shim, config_.executor_work_dir, cg.Describe());
+                   shim, config_.executor.work_dir, cg.Describe());
     }
   }
   core_->SetFreeGpusFn([p = participant_.get()] { return p->FreeGpus(); });
@@ -147,25 +175,32 @@ absl::Status Gateway::Start() {
       });
   metrics_->Describe("fedgate_tls_cert_expiry_seconds", "gauge",
                      "When this gateway's certificate (tls.cert) expires, as Unix seconds.");
-  metrics_->OnScrape([cert = config_.tls_cert](Metrics& m) {
+  metrics_->OnScrape([cert = config_.tls.cert](Metrics& m) {
     // Read at scrape time: the file is hot-reloaded when it is renewed.
     if (auto t = CertNotAfterUnix(cert); t.ok()) {
       m.Set("fedgate_tls_cert_expiry_seconds", {}, static_cast<double>(*t));
     }
   });
+  return absl::OkStatus();
+}
 
-  auto ops = OpsServer::Start(config_.listen_ops, metrics_.get(), [this] { return ready_.load(); });
+// /metrics, /healthz and /readyz.
+absl::Status Gateway::StartOps() {
+  auto ops = OpsServer::Start(config_.listen.ops, metrics_.get(), [this] { return ready_.load(); });
   if (!ops.ok()) return ops.status();
   ops_ = std::move(*ops);
+  return absl::OkStatus();
+}
 
+// Per-call authorization, the client certificates, the prober, the peer
+// and admin services.
+absl::Status Gateway::MakeServices() {
   authz_ = std::make_unique<Authorizer>(
       config_.federation, config_.site,
       [core = core_.get()](std::string_view site) { return core->IsApprovedPeer(site); },
       metrics_.get(), config_.accept_jobs_from_federation, core_->revocation());
-  const unsigned reload_s =
-      static_cast<unsigned>(std::max<int64_t>(1, config_.tls_reload_interval_ms / 1000));
   client_certs_ = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
-      config_.tls_key, config_.tls_cert, config_.tls_ca, reload_s);
+      config_.tls.key, config_.tls.cert, config_.tls.ca, ReloadSeconds());
   bench_host_ = std::make_unique<BenchHost>();
   prober_ = std::make_unique<Prober>(core_.get(), metrics_.get(), client_certs_);
   peer_service_ = std::make_unique<PeerServiceImpl>(core_.get(), authz_.get(), metrics_.get(),
@@ -175,6 +210,12 @@ absl::Status Gateway::Start() {
   audit_ = std::move(*audit);
   admin_service_ = std::make_unique<AdminServiceImpl>(core_.get(), authz_.get(), metrics_.get(),
                                                       prober_.get(), participant_.get(), audit_.get());
+  return absl::OkStatus();
+}
+
+// The job store, the job manager, and the coordinator with its calls to
+// participants.
+absl::Status Gateway::MakeJobs() {
   // FEDGATE_BENCH_NO_STORE=1 is the no-store baseline of the submit benchmark.
   const char* no_store = std::getenv("FEDGATE_BENCH_NO_STORE");
   if (no_store == nullptr || std::string(no_store) != "1") {
@@ -197,156 +238,28 @@ absl::Status Gateway::Start() {
     coordinator_ =
         std::make_unique<Coordinator>(core_.get(), job_store_.get(), participant_client_.get());
     job_manager_->SetCoordinator(coordinator_.get());
-    // fedctl usage: this site's ledger and that of every site that answers
-    // this one's reservation calls (peers, and sites accepting jobs from the
-    // federation); other sites known from relayed ads are reported unreachable.
     job_manager_->SetUsageGatherer(
-        [this](int64_t since, int64_t until, const std::string& tenant) {
-          JobManager::GatheredUsage g;
-          std::vector<std::string> sites = {config_.site};
-          const auto down = core_->DownPeers();
-          const std::set<std::string> asked = core_->SitesForJobs();
-          for (const auto& site : asked) {
-            if (site == config_.site) continue;
-            if (down.contains(site)) {
-              g.unreachable.push_back(site);
-            } else {
-              sites.push_back(site);
-            }
-          }
-          const v1::GetCapacityResponse capacity = core_->Capacity();
-          for (const auto& s : capacity.sites()) {
-            if (!asked.contains(s.site())) g.unreachable.push_back(s.site());
-          }
-          std::mutex mu;
-          std::condition_variable cv;
-          size_t left = sites.size();
-          for (const auto& site : sites) {
-            v1::ListUsageRequest req;
-            req.set_since_unix_ms(since);
-            req.set_until_unix_ms(until);
-            req.set_tenant(tenant);
-            participant_client_->ListUsage(
-                site, req, 5000, [&, site](absl::StatusOr<v1::ListUsageResponse> r) {
-                  std::lock_guard lock(mu);
-                  if (!r.ok()) {
-                    g.unreachable.push_back(site);
-                  } else {
-                    for (const auto& p : r->records()) {
-                      g.records.push_back({p.job_id(), p.attempt(), p.epoch(), p.site(), p.node(),
-                                           p.gpu_model(), p.tenant(), p.priority(), p.gpus(),
-                                           p.start_unix_ms(), p.end_unix_ms(), p.reason()});
-                    }
-                  }
-                  if (--left == 0) cv.notify_all();
-                });
-          }
-          std::unique_lock lock(mu);
-          cv.wait(lock, [&] { return left == 0; });
-          std::sort(g.unreachable.begin(), g.unreachable.end());
-          return g;
+        [core = core_.get(), client = participant_client_.get()](
+            int64_t since, int64_t until, const std::string& tenant) {
+          return GatherUsage(core, client, since, until, tenant);
         },
         config_.pricing);
-  }
-  if (job_store_) {
-    metrics_->Describe("fedgate_job_store_commits_total", "counter",
-                       "Transactions (fsyncs) of the job store's writer.");
-    metrics_->Describe("fedgate_job_store_largest_batch", "gauge",
-                       "Most writes one job-store transaction carried.");
-    metrics_->Describe("fedgate_coordinator_renew_passes_total", "counter",
-                       "Passes of the coordinator's lease renewal over every running job.");
-    metrics_->Describe("fedgate_coordinator_worst_renew_gap_seconds", "gauge",
-                       "Longest time a slice on an answering site went without a renewal "
-                       "(compare with fedgate_coordinator_lease_seconds).");
-    metrics_->Describe("fedgate_coordinator_lease_seconds", "gauge",
-                       "The lease of committed slices.");
-    metrics_->Describe("fedgate_sqlite_memory_bytes", "gauge",
-                       "Heap held by SQLite (page caches of every connection).");
-    metrics_->Describe("fedgate_heap_bytes", "gauge",
-                       "glibc malloc's heap: bytes in use, and bytes free but still held "
-                       "(kept between live blocks, so not given back to the system); zeros "
-                       "under another allocator (AddressSanitizer, tcmalloc).");
-    metrics_->Describe("fedgate_jobs", "gauge", "Jobs coordinated here, by state.");
-    metrics_->Describe("fedgate_job_scheduling_delay_seconds", "histogram",
-                       "Wait from submit to RUNNING, per attempt, by tenant and priority.",
-                       {1, 5, 15, 60, 300, 900, 3600, 4 * 3600});
-    metrics_->Describe("fedgate_job_store_commit_seconds", "histogram",
-                       "Duration of one job-store transaction (fsync included).",
-                       {0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5});
-    metrics_->Describe("fedgate_job_gpus", "gauge",
-                       "GPUs asked by jobs coordinated here that have not ended, by state "
-                       "(PENDING, RESERVING, RUNNING), tenant and priority.");
-    metrics_->Describe("fedgate_reservation_phase_seconds", "histogram",
-                       "Duration of a two-phase reservation's phases (prepare on every site at "
-                       "once, commit on every site at once), by result.",
-                       {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5});
-    metrics_->Describe("fedgate_reservations_total", "counter",
-                       "Reservations that ended committed or aborted (a site refused or failed, "
-                       "or the job ended meanwhile).");
-    coordinator_->SetOnReservation([m = metrics_.get()](const char* phase, bool ok, double s) {
-      if (phase[0] == 'p' || phase[0] == 'c') {
-        m->Observe("fedgate_reservation_phase_seconds",
-                   {{"phase", phase}, {"result", ok ? "ok" : "failed"}}, s);
-      }
-    });
-    coordinator_->SetOnReservationEnd([m = metrics_.get()](bool committed) {
-      m->Inc("fedgate_reservations_total", {{"result", committed ? "committed" : "aborted"}});
-    });
-    coordinator_->SetOnScheduled([m = metrics_.get()](double s, const JobRecord& j) {
-      m->Observe("fedgate_job_scheduling_delay_seconds",
-                 {{"tenant", j.tenant}, {"priority", j.spec.priority()}}, s);
-    });
-    metrics_->Describe("fedgate_job_store_batch_size", "histogram",
-                       "Writes carried by one job-store transaction (group commit).",
-                       {1, 2, 4, 8, 16, 32, 64, 128});
-    job_store_->SetOnCommit([m = metrics_.get()](double s, size_t batch) {
-      m->Observe("fedgate_job_store_commit_seconds", {}, s);
-      m->Observe("fedgate_job_store_batch_size", {}, static_cast<double>(batch));
-    });
-    metrics_->Describe("fedgate_job_oldest_pending_seconds", "gauge",
-                       "Age of the oldest PENDING job (0 when none waits).");
-    metrics_->OnScrape([js = job_store_.get(), c = coordinator_.get(),
-                        clock = clock_.get()](Metrics& m) {
-      m.Set("fedgate_job_store_commits_total", {}, static_cast<double>(js->commits()));
-      m.Set("fedgate_job_store_largest_batch", {}, static_cast<double>(js->largest_batch()));
-      m.Set("fedgate_coordinator_renew_passes_total", {}, static_cast<double>(c->renew_passes()));
-      m.Set("fedgate_coordinator_worst_renew_gap_seconds", {}, c->worst_renew_gap_ms() / 1000.0);
-      m.Set("fedgate_coordinator_lease_seconds", {}, c->lease_ms() / 1000.0);
-      m.Set("fedgate_sqlite_memory_bytes", {}, static_cast<double>(sqlite3_memory_used()));
-      const struct mallinfo2 heap = mallinfo2();  // every arena, mmapped blocks included
-      m.SetFamily("fedgate_heap_bytes",
-                  {{{{"kind", "in_use"}}, static_cast<double>(heap.uordblks + heap.hblkhd)},
-                   {{{"kind", "free"}}, static_cast<double>(heap.fordblks)}});
-      if (auto counts = js->Count(); counts.ok()) {
-        std::vector<std::pair<Labels, double>> by_state;
-        for (const auto& [state, n] : counts->by_state) {
-          by_state.push_back({{{"state", state}}, static_cast<double>(n)});
-        }
-        m.SetFamily("fedgate_jobs", by_state);
-        std::vector<std::pair<Labels, double>> gpus;
-        for (const auto& [key, n] : counts->active_gpus) {
-          const auto& [state, tenant, priority] = key;
-          gpus.push_back({{{"state", state}, {"tenant", tenant}, {"priority", priority}},
-                          static_cast<double>(n)});
-        }
-        m.SetFamily("fedgate_job_gpus", gpus);
-        const int64_t now = clock->NowMs();
-        m.Set("fedgate_job_oldest_pending_seconds", {},
-              counts->oldest_pending_created_ms
-                  ? std::max<int64_t>(0, now - *counts->oldest_pending_created_ms) / 1000.0
-                  : 0.0);
-      }
-    });
+    DescribeJobMetrics(metrics_.get());
+    WireJobMetrics(metrics_.get(), job_store_.get(), coordinator_.get(), clock_.get());
   }
   job_service_ = std::make_unique<JobServiceImpl>(core_.get(), job_manager_.get(), authz_.get(),
                                                   metrics_.get());
+  return absl::OkStatus();
+}
 
+// The gRPC server: mTLS, health, reflection, the three services.
+absl::Status Gateway::ServeGrpc() {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(
-      config_.listen_grpc,
-      MakeServerCredentials(config_.tls_ca, config_.tls_cert, config_.tls_key, reload_s,
+      config_.listen.grpc,
+      MakeServerCredentials(config_.tls.ca, config_.tls.cert, config_.tls.key, ReloadSeconds(),
                             core_->revocation()),
       &grpc_port_);
   // Port clashes must fail loudly, not be shared.
@@ -357,18 +270,27 @@ absl::Status Gateway::Start() {
   server_ = builder.BuildAndStart();
   if (!server_ || grpc_port_ == 0) {
     return absl::UnavailableError(fedgate::StrCat("listen.grpc: cannot listen on ",
-                                               config_.listen_grpc,
+                                               config_.listen.grpc,
                                                " (address in use or TLS files unusable)"));
   }
+  return absl::OkStatus();
+}
 
+// The REST API (none in the no-store benchmark baseline).
+absl::Status Gateway::ServeRest() {
   if (job_store_) {
     auto rest = RestServer::Start(config_, job_manager_.get(), metrics_.get());
     if (!rest.ok()) return rest.status();
     rest_ = std::move(*rest);
   }
+  return absl::OkStatus();
+}
 
+// The threads: peer links, prober, advertiser, participant sweeper, health
+// probe, coordinator.
+absl::Status Gateway::StartLoops() {
   links_ = std::make_unique<PeerLinks>(core_.get(), client_certs_);
-  if (config_.bench_probe_on_peer_up) {
+  if (config_.bench.probe_on_peer_up) {
     links_->SetOnLinkUp([p = prober_.get()](const std::string& site) { p->Enqueue(site); });
   }
   prober_->Start();
@@ -378,25 +300,23 @@ absl::Status Gateway::Start() {
   participant_->Start();
   health_->Start();
   if (coordinator_) coordinator_->Start();
-  // The ports actually bound (a listen address may say port 0), for scripts
-  // and tests: "grpc N", "http N", "ops N", one per line.
+  return absl::OkStatus();
+}
+
+// The ports actually bound (a listen address may say port 0), for scripts
+// and tests: "grpc N", "http N", "ops N", one per line.
+absl::Status Gateway::WritePorts() {
   const std::string ports = fedgate::StrCat("grpc ", grpc_port_, "\nhttp ", rest_ ? rest_->port() : 0,
                                             "\nops ", ops_->port(), "\n");
   if (auto st = WriteFileAtomic(config_.data_dir + "/ports", ports, 0644); !st.ok()) {
     spdlog::warn("cannot write {}/ports: {}", config_.data_dir, std::string(st.message()));
   }
-  ready_ = true;
-  spdlog::info("fedgate {} site {} (federation {}) serving gRPC on port {}, REST on port {}, ops "
-               "on port {}; {} node(s), {} approved peer(s)",
-               kVersion, config_.site, config_.federation, grpc_port_, rest_ ? rest_->port() : 0,
-               ops_->port(),
-               config_.nodes.size(), core_->Peers().size());
   return absl::OkStatus();
 }
 
 void Gateway::AdvertiseLoop() {
   while (!stopping_) {
-    core_->WaitUntil(clock_->NowMs() + config_.advertise_interval_ms,
+    core_->WaitUntil(clock_->NowMs() + config_.advertise.interval_ms,
                      [this] { return stopping_.load(); });
     if (stopping_) break;
     if (auto st = core_->Tick(); !st.ok()) {
@@ -419,7 +339,7 @@ void Gateway::Stop() {
   // coordinator picks them up again from the store.
   if (coordinator_) coordinator_->Stop();
   // Aborts sent by the coordinator end by their deadlines (a quarter lease).
-  if (participant_client_ && !participant_client_->Drain(config_.jobs_lease_ms)) {
+  if (participant_client_ && !participant_client_->Drain(config_.jobs.lease_ms)) {
     spdlog::warn("shutting down with calls to participants still in flight");
   }
   if (core_ && links_) {

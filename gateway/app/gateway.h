@@ -9,7 +9,7 @@
 #include <grpcpp/security/tls_certificate_provider.h>
 
 #include "absl/status/status.h"
-#include "gateway/app/config.h"
+#include "gateway/config/config.h"
 #include "gateway/security/ad_signing.h"
 
 namespace grpc {
@@ -52,6 +52,17 @@ class Gateway {
   int grpc_port() const { return grpc_port_; }
 
  private:
+  // The steps of Start, in order (gateway.cc).
+  absl::Status OpenStoreAndCore();
+  absl::Status StartParticipantSide();
+  absl::Status StartOps();
+  absl::Status MakeServices();
+  absl::Status MakeJobs();
+  absl::Status ServeGrpc();
+  absl::Status ServeRest();
+  absl::Status StartLoops();
+  absl::Status WritePorts();
+  unsigned ReloadSeconds() const;
   void AdvertiseLoop();
 
   Config config_;

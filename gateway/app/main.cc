@@ -12,7 +12,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "gateway/app/config.h"
+#include "gateway/config/config.h"
 #include "gateway/peering/core.h"
 #include "gateway/app/gateway.h"
 

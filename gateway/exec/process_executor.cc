@@ -16,6 +16,7 @@
 #include <map>
 #include <sstream>
 
+#include "base/number.h"
 #include "base/str_cat.h"
 
 extern char** environ;
@@ -88,7 +89,7 @@ std::optional<uint64_t> ProcStartTime(pid_t pid) {
   for (int i = 3; i <= 22; ++i) {  // field 22 is starttime
     if (!(rest >> field)) return std::nullopt;
   }
-  return std::stoull(field);
+  return ParseNumber<uint64_t>(field);
 }
 
 absl::StatusOr<pid_t> ProcessExecutor::Launch(const RankProcessSpec& spec) {

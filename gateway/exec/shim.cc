@@ -1,5 +1,7 @@
 #include "gateway/exec/shim.h"
 
+#include "base/number.h"
+
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
@@ -38,8 +40,12 @@ int ShimMain(int argc, char** argv) {
   }
   const std::string exit_file = argv[1];
   const bool switch_user = std::string(argv[2]) != "-";
-  const uid_t uid = switch_user ? static_cast<uid_t>(std::strtoul(argv[2], nullptr, 10)) : 0;
-  const gid_t gid = switch_user ? static_cast<gid_t>(std::strtoul(argv[3], nullptr, 10)) : 0;
+  const auto uid = switch_user ? ParseNumber<uid_t>(argv[2]) : std::optional<uid_t>(0);
+  const auto gid = switch_user ? ParseNumber<gid_t>(argv[3]) : std::optional<gid_t>(0);
+  if (!uid || !gid) {
+    std::fprintf(stderr, "fedgate-shim: UID and GID must be numbers, got %s %s\n", argv[2], argv[3]);
+    return 2;
+  }
   const std::string workdir = argv[4];
   const std::string cgroup = std::string(argv[5]) == "-" ? "" : argv[5];
   struct sigaction sa {};
@@ -66,8 +72,8 @@ int ShimMain(int argc, char** argv) {
       if (fd >= 0) ::close(fd);
     }
     if (switch_user &&
-        (::setgroups(0, nullptr) != 0 || ::setgid(gid) != 0 || ::setuid(uid) != 0)) {
-      std::fprintf(stderr, "fedgate-shim: cannot run as uid %u: %s\n", uid, std::strerror(errno));
+        (::setgroups(0, nullptr) != 0 || ::setgid(*gid) != 0 || ::setuid(*uid) != 0)) {
+      std::fprintf(stderr, "fedgate-shim: cannot run as uid %u: %s\n", *uid, std::strerror(errno));
       ::_exit(126);
     }
     if (switch_user && ::setuid(0) == 0) {

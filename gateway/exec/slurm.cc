@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "base/number.h"
 #include "base/str_cat.h"
 #include "base/text.h"
 #include "gateway/exec/run_command.h"
@@ -23,8 +24,8 @@ std::pair<std::string, uint32_t> GpuGres(const std::string& field) {
     auto parts = Split(e, ':');
     if (parts.empty() || parts[0] != "gpu") continue;
     std::string type = parts.size() >= 3 ? std::string(parts[1]) : "";
-    const std::string n(parts.back());
-    return {type, static_cast<uint32_t>(std::strtoul(n.c_str(), nullptr, 10))};
+    // A count Slurm wrote that is not a number, or does not fit, offers none.
+    return {type, ParseNumber<uint32_t>(parts.back()).value_or(0)};
   }
   return {"", 0};
 }
@@ -79,7 +80,7 @@ std::optional<uint64_t> ParseSallocJobId(const std::string& text) {
   const size_t from = at + kGranted.size();
   const size_t to = text.find_first_not_of("0123456789", from);
   if (to == from) return std::nullopt;
-  return std::stoull(text.substr(from, to - from));
+  return ParseNumber<uint64_t>(std::string_view(text).substr(from, to == std::string::npos ? std::string::npos : to - from));
 }
 
 SlurmCluster::SlurmCluster(SlurmConfig config) : config_(std::move(config)) {

@@ -18,15 +18,9 @@
 
 #include "absl/status/statusor.h"
 #include "federation/inventory.h"
+#include "gateway/config/config.h"
 
 namespace fedgate::gateway {
-
-struct SlurmConfig {
-  std::string partition = "gpu";
-  std::string conf;                                  // slurm.conf ("" = Slurm's default)
-  std::map<std::string, std::string> gpu_models;     // GRES type -> GPU model
-  std::map<std::string, std::string> accounts;       // tenant -> Slurm account
-};
 
 struct SlurmNode {
   std::string name;

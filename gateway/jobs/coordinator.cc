@@ -24,8 +24,8 @@ Coordinator::Coordinator(GatewayCore* core, JobStore* store, ParticipantCalls* p
     : core_(core),
       store_(store),
       participants_(participants),
-      lease_ms_(core->config().jobs_lease_ms),
-      share_(core->config().queue_fair_share_half_life_ms) {}
+      lease_ms_(core->config().jobs.lease_ms),
+      share_(core->config().queue.fair_share_half_life_ms) {}
 
 Coordinator::~Coordinator() { Stop(); }
 

@@ -112,7 +112,7 @@ void Coordinator::Judge(JobRecord job, const v1::RunPlan& run,
   }
   if (v.kind == RenewVerdict::kTimeLimit) {
     StopRun(job, StrCat("ran past its time_limit of ", job.spec.time_limit()),
-            core_->config().preemption_grace_ms);
+            core_->config().preemption.grace_ms);
     RecordUsage(job, run, now);
     job.state = JobState::kFailed;
     job.reason = v.reason;

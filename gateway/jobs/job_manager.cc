@@ -183,7 +183,7 @@ absl::StatusOr<v1::LogsResponse> JobManager::Logs(const Identity& caller,
 }
 
 absl::Status JobManager::OpenStream(const Identity& caller) {
-  const int cap = core_->config().api_max_streams_per_caller;
+  const int cap = core_->config().api.max_streams_per_caller;
   std::lock_guard lock(streams_mu_);
   int& open = streams_[caller.ToUri()];
   if (open >= cap) {

@@ -37,7 +37,7 @@ std::map<std::string, uint32_t> NodeSizes(const Config& c) {
 // Configs from files always name a work folder (config.cc); tests and tools
 // may not.
 Config WithWorkDir(Config c) {
-  if (c.executor_work_dir.empty()) c.executor_work_dir = c.data_dir + "/work";
+  if (c.executor.work_dir.empty()) c.executor.work_dir = c.data_dir + "/work";
   return c;
 }
 
@@ -51,7 +51,7 @@ Participant::Participant(const Config& config, const federation::Clock* clock, S
       store_(store),
       nodes_(config.nodes),
       ledger_(NodeSizes(config)) {
-  ledger_.SetPortRange(config_.executor_port_lo, config_.executor_port_hi);
+  ledger_.SetPortRange(config_.executor.port_lo, config_.executor.port_hi);
   for (const auto& q : config_.tenants) (void)quota_.SetQuota(q);
 }
 
@@ -64,7 +64,7 @@ void Participant::SetExecutor(std::string shim, RankUser user) {
 }
 
 std::string Participant::WorkDir(const std::string& job) const {
-  return StrCat(config_.executor_work_dir, "/", job);
+  return StrCat(config_.executor.work_dir, "/", job);
 }
 
 void Participant::Start() {
@@ -82,7 +82,7 @@ void Participant::RunSweeper() {
     if (std::chrono::steady_clock::now() >= next_nodes) {
       RefreshNodes();
       next_nodes = std::chrono::steady_clock::now() +
-                   std::chrono::milliseconds(config_.advertise_interval_ms);
+                   std::chrono::milliseconds(config_.advertise.interval_ms);
     }
     // Once a minute (and at start): logs and job folders past retention.
     const int64_t wall = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -97,8 +97,8 @@ void Participant::RunSweeper() {
         }
         for (const auto& [key, h] : ledger_.holds()) live.insert(key.first);
       }
-      ApplyRetention(config_.data_dir + "/jobs", config_.executor_work_dir, wall,
-                     config_.retention_logs_ms, config_.retention_jobs_ms, live);
+      ApplyRetention(config_.data_dir + "/jobs", config_.executor.work_dir, wall,
+                     config_.retention.logs_ms, config_.retention.jobs_ms, live);
       next_retention = wall + 60'000;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));

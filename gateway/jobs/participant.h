@@ -23,7 +23,7 @@
 #include "fedgate/v1/admin.pb.h"
 #include "fedgate/v1/federation.pb.h"
 #include "fedgate/v1/jobs.pb.h"
-#include "gateway/app/config.h"
+#include "gateway/config/config.h"
 #include "gateway/exec/cgroup.h"
 #include "gateway/exec/cgroup_reaper.h"
 #include "gateway/exec/process_executor.h"

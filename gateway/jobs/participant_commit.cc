@@ -118,7 +118,7 @@ absl::StatusOr<v1::CommitResponse> Participant::Commit(const std::string& from,
   if (auto st = WriteLogOwner(key.job_id(), from); !st.ok()) return st;
   if (auto st = PrepareWorkDir(key.job_id()); !st.ok()) return st;
   std::string cgroup = CreateSliceCgroup(cgroups_, StrCat(key.job_id(), "-", key.epoch()),
-                                         config_.executor_memory_limit, config_.executor_pids_limit);
+                                         config_.executor.memory_limit, config_.executor.pids_limit);
   absl::StatusOr<LaunchPlan> plan;
   {
     std::lock_guard lock(mu_);

@@ -16,7 +16,7 @@ federation::NodeExtras Participant::NodeExtras() {
   federation::NodeExtras out;
   for (const auto& [key, s] : slices_) {
     if (!s.preemptible || s.stopping || s.state != SliceState::RUNNING ||
-        now - s.started_at_ms < config_.preemption_min_runtime_ms) {
+        now - s.started_at_ms < config_.preemption.min_runtime_ms) {
       continue;
     }
     for (const auto& [node, g] : s.gpus_by_node) out[node].preemptible += g;

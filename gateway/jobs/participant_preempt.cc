@@ -39,7 +39,7 @@ absl::Status Participant::PreemptLocked(const std::string& job_id,
     const uint32_t have = ledger_.FreeGpusFor(node, job_id) + GpusComingLocked(job_id, node, &waiting);
     if (n > have) deficit[node] = n - have;
   }
-  const int64_t keep_until = federation::SatAdd(now, config_.preemption_grace_ms + 60'000);
+  const int64_t keep_until = federation::SatAdd(now, config_.preemption.grace_ms + 60'000);
   if (deficit.empty()) {
     for (const auto& [node, n] : asked) ledger_.Earmark(job_id, node, n, keep_until);
     return absl::UnavailableError(StrCat("preempting: waiting for ", waiting,
@@ -50,7 +50,7 @@ absl::Status Participant::PreemptLocked(const std::string& job_id,
   std::map<std::string, SliceKey> by_id;
   for (const auto& [key, s] : slices_) {
     if (!s.preemptible || s.stopping || s.launching || s.state != SliceState::RUNNING ||
-        key.first == job_id || now - s.started_at_ms < config_.preemption_min_runtime_ms) {
+        key.first == job_id || now - s.started_at_ms < config_.preemption.min_runtime_ms) {
       continue;
     }
     uint32_t gpus = 0;
@@ -65,7 +65,7 @@ absl::Status Participant::PreemptLocked(const std::string& job_id,
         StrCat(refused.message(), " (", candidates.size(),
                " preemptible slice(s) here do not free enough)"));
   }
-  const int64_t deadline_s = (now + config_.preemption_grace_ms) / 1000;
+  const int64_t deadline_s = (now + config_.preemption.grace_ms) / 1000;
   std::string names;
   for (const auto& id : *victims) {
     Slice& v = slices_.at(by_id.at(id));
@@ -74,12 +74,12 @@ absl::Status Participant::PreemptLocked(const std::string& job_id,
     // under the lock, since the signal that follows must come after it.)
     for (const auto& f : v.preempt_files) std::ofstream(f, std::ios::trunc) << deadline_s << "\n";
     v.preempted_by = job_id;
-    StopSliceLocked(&v, StrCat("preempted by ", job_id), config_.preemption_grace_ms);
+    StopSliceLocked(&v, StrCat("preempted by ", job_id), config_.preemption.grace_ms);
     names += StrCat(names.empty() ? "" : ", ", v.key.job_id());
   }
   for (const auto& [node, n] : asked) ledger_.Earmark(job_id, node, n, keep_until);
   spdlog::info("job {}: preempting {} slice(s) here ({}); SIGKILL after {} ms", job_id,
-               victims->size(), names, config_.preemption_grace_ms);
+               victims->size(), names, config_.preemption.grace_ms);
   return absl::UnavailableError(StrCat("preempting ", victims->size(), " slice(s) (", names,
                                        "); their GPUs are kept for job ", job_id));
 }

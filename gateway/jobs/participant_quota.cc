@@ -69,7 +69,7 @@ void Participant::LoadQuotas() {
   // Quota holds survive a restart: forgetting them would over-admit. Each
   // gets a fresh lease, so its coordinator's renewals can find it again.
   const auto recs = StoredQuotaHolds(store_);
-  const int64_t fresh = federation::SatAdd(clock_->NowMs(), 2 * config_.jobs_lease_ms);
+  const int64_t fresh = federation::SatAdd(clock_->NowMs(), 2 * config_.jobs.lease_ms);
   std::vector<federation::QuotaHold> holds;
   {
     std::lock_guard lock(mu_);

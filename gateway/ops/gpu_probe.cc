@@ -5,6 +5,7 @@
 #include <charconv>
 #include <chrono>
 
+#include "base/number.h"
 #include "base/str_cat.h"
 #include "base/text.h"
 #include "gateway/exec/run_command.h"
@@ -14,10 +15,10 @@
 namespace fedgate::gateway {
 namespace {
 
-bool ParseNumber(std::string_view s, double* out) {
-  s = Trim(s);
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
-  return ec == std::errc() && end == s.data() + s.size() && !s.empty();
+bool ParseSmiNumber(std::string_view s, double* out) {
+  const auto v = ParseDouble(Trim(s));
+  if (v) *out = *v;
+  return v.has_value();
 }
 
 }  // namespace
@@ -36,14 +37,14 @@ absl::StatusOr<std::vector<GpuSample>> ParseNvidiaSmi(std::string_view text) {
     }
     GpuSample s;
     double index = 0;
-    if (!ParseNumber(f[0], &index) || index < 0) {
+    if (!ParseSmiNumber(f[0], &index) || index < 0) {
       return absl::InvalidArgumentError(StrCat("nvidia-smi line ", line_no, ": bad index"));
     }
     s.index = static_cast<uint32_t>(index);
     s.uuid = std::string(Trim(f[1]));
     double used = 0, total = 0, util = 0;
-    const bool got_used = ParseNumber(f[2], &used), got_total = ParseNumber(f[3], &total);
-    const bool got_util = ParseNumber(f[4], &util);
+    const bool got_used = ParseSmiNumber(f[2], &used), got_total = ParseSmiNumber(f[3], &total);
+    const bool got_util = ParseSmiNumber(f[4], &util);
     if (got_used) s.memory_used_bytes = used * 1024 * 1024;
     if (got_total) s.memory_total_bytes = total * 1024 * 1024;
     if (got_util) s.utilization_percent = util;
@@ -52,7 +53,7 @@ absl::StatusOr<std::vector<GpuSample>> ParseNvidiaSmi(std::string_view text) {
     for (size_t i = 2; i < 5; ++i) {
       const std::string_view v = Trim(f[i]);
       double ignored;
-      if (!ParseNumber(v, &ignored) && v != "[N/A]" && v != "[Not Supported]") {
+      if (!ParseSmiNumber(v, &ignored) && v != "[N/A]" && v != "[Not Supported]") {
         s.ok = false;
         s.reason = StrCat("nvidia-smi reports \"", v.substr(0, 64), "\"");
         break;

@@ -15,7 +15,7 @@ namespace fedgate::gateway {
 namespace {
 
 int64_t DownAfterMs(const Config& c) {
-  return federation::kMissedIntervalsForDown * c.advertise_interval_ms;
+  return federation::kMissedIntervalsForDown * c.advertise.interval_ms;
 }
 
 // A stored counter (ad seq, incarnation); 0 when there is none. A row that
@@ -41,7 +41,7 @@ GatewayCore::GatewayCore(const Config& config, const federation::Clock* clock, S
       store_(store),
       inventory_(std::move(inventory)),
       metrics_(metrics),
-      ads_(config.site, clock, config.advertise_max_skew_ms),
+      ads_(config.site, clock, config.advertise.max_skew_ms),
       peers_(config.site, clock, DownAfterMs(config)) {
   DescribeMetrics();
   metrics_->OnScrape([this](Metrics&) {
@@ -87,7 +87,7 @@ absl::Status GatewayCore::Init() {
   if (config_.accept_jobs_from_federation && AdvertisedEndpoint(config_).empty()) {
     spdlog::warn("accept_jobs_from: federation, but listen.grpc {} is a wildcard address: set "
                  "advertise.endpoint so that sites other than the peers can dial this one",
-                 config_.listen_grpc);
+                 config_.listen.grpc);
   }
   for (const auto& q : known.quotas()) known_homes_[q.tenant()] = q;
   return absl::OkStatus();
@@ -102,7 +102,7 @@ absl::StatusOr<v1::HandshakeResponse> GatewayCore::Handshake(const Identity& cal
   }
   const bool signs = std::find(req.capabilities().begin(), req.capabilities().end(),
                                kSignedAdsCapability) != req.capabilities().end();
-  if (!signs && ad_authority_ != nullptr && config_.advertise_require_signed) {
+  if (!signs && ad_authority_ != nullptr && config_.advertise.require_signed) {
     spdlog::warn("peer {} refused: it does not sign its ads (version {})", caller.site,
                  req.version());
     return absl::FailedPreconditionError(StrCat(

@@ -35,7 +35,7 @@
 #include "fedgate/v1/admin.pb.h"
 #include "fedgate/v1/federation.pb.h"
 #include "fedgate/v1/jobs.pb.h"
-#include "gateway/app/config.h"
+#include "gateway/config/config.h"
 #include "gateway/security/ad_signing.h"
 #include "gateway/security/identity.h"
 #include "gateway/security/revocation.h"

@@ -57,7 +57,7 @@ absl::StatusOr<v1::AdvertiseResponse> GatewayCore::Advertise(const Identity& cal
     }
     offered.emplace_back(std::move(*ad), &s);
   }
-  const bool unsigned_ok = ad_authority_ == nullptr || !config_.advertise_require_signed;
+  const bool unsigned_ok = ad_authority_ == nullptr || !config_.advertise.require_signed;
   for (const auto& ad : req.ads()) {
     if (unsigned_ok) {
       offered.emplace_back(ad, nullptr);
@@ -112,7 +112,7 @@ absl::Status GatewayCore::Tick() {
     std::lock_guard lock(mu_);
     if (seq.ok()) {
       auto ad = federation::MakeOwnAd(config_.site, inventory_->Nodes(), *seq, clock_->NowMs(),
-                                      config_.advertise_ttl_ms, config_.advertise_interval_ms,
+                                      config_.advertise.ttl_ms, config_.advertise.interval_ms,
                                       local.free, local.extras);
       for (const auto& [to, link] : own_links_) *ad.add_links() = link;
       for (auto& t : tenants) *ad.add_tenants() = std::move(t);
@@ -137,7 +137,7 @@ void GatewayCore::Withdraw() {
     auto seq = NextSeq();
     if (!seq.ok()) return;
     auto ad = federation::MakeOwnAd(config_.site, {}, *seq, clock_->NowMs(),
-                                    config_.advertise_ttl_ms, config_.advertise_interval_ms);
+                                    config_.advertise.ttl_ms, config_.advertise.interval_ms);
     ad.set_withdrawn(true);
     std::lock_guard lock(mu_);
     PublishLocked(std::move(ad));

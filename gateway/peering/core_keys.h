@@ -4,7 +4,7 @@
 #include <string>
 
 #include "base/host_port.h"
-#include "gateway/app/config.h"
+#include "gateway/config/config.h"
 
 namespace fedgate::gateway {
 
@@ -16,10 +16,10 @@ inline constexpr const char* kSignedAdsCapability = "ads.signed.v1";
 // advertise.endpoint, else listen.grpc unless that is a wildcard address
 // nobody can dial ("": the site cannot be reached beyond its peers).
 inline std::string AdvertisedEndpoint(const Config& c) {
-  if (!c.advertise_endpoint.empty()) return c.advertise_endpoint;
-  const auto [host, port] = SplitHostPort(c.listen_grpc);
+  if (!c.advertise.endpoint.empty()) return c.advertise.endpoint;
+  const auto [host, port] = SplitHostPort(c.listen.grpc);
   if (host.empty() || host == "0.0.0.0" || host == "::" || host == "[::]" || host == "*") return "";
-  return c.listen_grpc;
+  return c.listen.grpc;
 }
 
 }  // namespace fedgate::gateway

@@ -101,7 +101,7 @@ const federation::LinkMatrix& GatewayCore::LinksLocked() {
       c.fresh == fresh) {
     return *c.links;
   }
-  federation::LinkMatrix m(config_.bench_link_max_age_ms);
+  federation::LinkMatrix m(config_.bench.link_max_age_ms);
   for (const auto& [to, link] : own_links_) m.Merge(link);
   for (const federation::StoredAd* stored : fresh) {
     if (stored->ad.origin() == config_.site || stored->ad.withdrawn()) continue;

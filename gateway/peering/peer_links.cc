@@ -98,7 +98,7 @@ void PeerLinks::Run(Link* link) {
   // bounds the backoff and gives each connection attempt a real deadline).
   link->stub = v1::PeerService::NewStub(DialPeerGateway(
       link->endpoint, provider_, cfg.federation, link->site, 0, core_->revocation()));
-  const int64_t interval = cfg.advertise_interval_ms;
+  const int64_t interval = cfg.advertise.interval_ms;
   link->rpc_timeout_ms = std::clamp<int64_t>(2 * interval, 500, 5000);
   link->backoff_cap_ms = std::clamp<int64_t>(2 * interval, 1000, 5000);
   // Pushes of relayed ads to one peer are at least this far apart: ads that
@@ -192,7 +192,7 @@ void PeerLinks::WaitForNews(Link* link) {
   const std::string& self = core_->config().site;
   link->seen_version =
       core_->WaitForChange(link->seen_version,
-                           core_->clock()->NowMs() + core_->config().advertise_interval_ms,
+                           core_->clock()->NowMs() + core_->config().advertise.interval_ms,
                            [link] { return link->interrupted(); });
   // This site's own new ad (its capacity moved) goes at once, also while
   // waiting: a stale view makes coordinators plan on GPUs that are gone.

@@ -73,7 +73,7 @@ absl::StatusOr<v1::Link> Prober::ProbeNow(const std::string& site) {
 int64_t Prober::NextDue(int64_t now_ms) {
   // +-10% jitter so a federation's probes do not line up.
   static thread_local std::mt19937_64 rng(std::random_device{}());
-  const int64_t interval = core_->config().bench_probe_interval_ms;
+  const int64_t interval = core_->config().bench.probe_interval_ms;
   std::uniform_int_distribution<int64_t> jitter(-interval / 10, interval / 10);
   return now_ms + interval + jitter(rng);
 }
@@ -148,8 +148,8 @@ absl::StatusOr<v1::Link> Prober::Probe(const std::string& site) {
   ro.transport = "tcp";
   ro.streams = 1;
   ro.sizes = {1 << 20};
-  ro.duration_ms = static_cast<uint32_t>(cfg.bench_probe_duration_ms);
-  ro.warmup_ms = static_cast<uint32_t>(std::min<int64_t>(500, cfg.bench_probe_duration_ms / 3));
+  ro.duration_ms = static_cast<uint32_t>(cfg.bench.probe_duration_ms);
+  ro.warmup_ms = static_cast<uint32_t>(std::min<int64_t>(500, cfg.bench.probe_duration_ms / 3));
   ro.latency_only_size = 4096;
   ro.latency_iterations = 20;
   auto report = transport::RunBenchmark(ro);

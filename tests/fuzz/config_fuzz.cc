@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "gateway/app/config.h"
+#include "gateway/config/config.h"
 #include "tests/fuzz/quiet.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

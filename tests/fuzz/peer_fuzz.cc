@@ -13,7 +13,7 @@
 
 #include "federation/clock.h"
 #include "federation/inventory.h"
-#include "gateway/app/config.h"
+#include "gateway/config/config.h"
 #include "gateway/peering/core.h"
 #include "gateway/ops/metrics.h"
 #include "gateway/jobs/participant.h"

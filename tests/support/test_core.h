@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "federation/inventory.h"
-#include "gateway/app/config.h"
+#include "gateway/config/config.h"
 #include "gateway/ops/metrics.h"
 #include "gateway/peering/core.h"
 #include "gateway/store/store.h"

@@ -1,4 +1,4 @@
-#include "gateway/app/config.h"
+#include "gateway/config/config.h"
 
 #include <gtest/gtest.h>
 
@@ -44,10 +44,10 @@ TEST_F(ConfigTest, MinimalConfigGetsDefaults) {
   auto c = Parse(Good());
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->site, "cn-beijing");
-  EXPECT_EQ(c->listen_ops, "127.0.0.1:9090");
-  EXPECT_EQ(c->advertise_interval_ms, 2000);
-  EXPECT_EQ(c->advertise_ttl_ms, 10000);
-  EXPECT_EQ(c->tls_ca, dir_ / "ca.pem") << "relative paths resolve from the config's folder";
+  EXPECT_EQ(c->listen.ops, "127.0.0.1:9090");
+  EXPECT_EQ(c->advertise.interval_ms, 2000);
+  EXPECT_EQ(c->advertise.ttl_ms, 10000);
+  EXPECT_EQ(c->tls.ca, dir_ / "ca.pem") << "relative paths resolve from the config's folder";
   ASSERT_EQ(c->nodes.size(), 1u);
   EXPECT_EQ(c->nodes[0].gpus, 8u);
   EXPECT_FALSE(c->nodes[0].rdma);
@@ -74,25 +74,25 @@ TEST_F(ConfigTest, AcceptsEveryKeyOfTheDesignExample) {
       "preemption: {grace: 30s, min_runtime: 0s}\n");
   ASSERT_TRUE(c.ok()) << c.status();
   ASSERT_EQ(c->tenants.size(), 1u);
-  EXPECT_EQ(c->executor_port_lo, 30000u);
-  EXPECT_EQ(c->executor_port_hi, 30099u);
-  EXPECT_EQ(c->executor_work_dir, "/var/tmp/fedgate-work/cn-beijing");
+  EXPECT_EQ(c->executor.port_lo, 30000u);
+  EXPECT_EQ(c->executor.port_hi, 30099u);
+  EXPECT_EQ(c->executor.work_dir, "/var/tmp/fedgate-work/cn-beijing");
   EXPECT_EQ(c->tenants[0].tenant, "team-a");
   EXPECT_EQ(c->tenants[0].gpus, 16u);
   EXPECT_EQ(c->tenants[0].models.at("A100-80GB"), 8u);
   EXPECT_EQ(c->tenants[0].borrow, 8u);
   EXPECT_DOUBLE_EQ(c->tenants[0].weight, 2);
-  EXPECT_EQ(c->preemption_grace_ms, 30000);
-  EXPECT_EQ(c->preemption_min_runtime_ms, 0);
+  EXPECT_EQ(c->preemption.grace_ms, 30000);
+  EXPECT_EQ(c->preemption.min_runtime_ms, 0);
   EXPECT_DOUBLE_EQ(c->pricing.at("A100-80GB").spot, 0.9);
-  EXPECT_EQ(c->queue_fair_share_half_life_ms, 168LL * 3600 * 1000);
-  EXPECT_EQ(c->health_command, "/usr/local/bin/gpu-health");
-  EXPECT_EQ(c->health_interval_ms, 10000);
-  EXPECT_EQ(c->retention_logs_ms, 7LL * 24 * 3600 * 1000);
+  EXPECT_EQ(c->queue.fair_share_half_life_ms, 168LL * 3600 * 1000);
+  EXPECT_EQ(c->health.command, "/usr/local/bin/gpu-health");
+  EXPECT_EQ(c->health.interval_ms, 10000);
+  EXPECT_EQ(c->retention.logs_ms, 7LL * 24 * 3600 * 1000);
   EXPECT_TRUE(c->nodes[0].rdma);
   EXPECT_EQ(c->nodes[0].labels.at("gpu-type"), "a100");
   EXPECT_EQ(c->peers[0].endpoint, "sh.example:7443");
-  EXPECT_EQ(c->bench_probe_interval_ms, 600000);
+  EXPECT_EQ(c->bench.probe_interval_ms, 600000);
   EXPECT_EQ(c->data_dir, "/var/lib/fedgate");
 }
 
@@ -113,20 +113,20 @@ TEST_F(ConfigTest, SignedAdsRevocationAndReadTimeoutKeys) {
   };
   auto c = Parse(Good());
   ASSERT_TRUE(c.ok());
-  EXPECT_TRUE(c->advertise_require_signed) << "signed ads are required by default";
-  EXPECT_EQ(c->advertise_max_skew_ms, 30000);
-  EXPECT_TRUE(c->tls_crl.empty());
-  EXPECT_EQ(c->api_read_timeout_ms, 10000);
+  EXPECT_TRUE(c->advertise.require_signed) << "signed ads are required by default";
+  EXPECT_EQ(c->advertise.max_skew_ms, 30000);
+  EXPECT_TRUE(c->tls.crl.empty());
+  EXPECT_EQ(c->api.read_timeout_ms, 10000);
   WriteText(dir_ / "crl.pem", "-----BEGIN X509 CRL-----\nx\n-----END X509 CRL-----\n");
   c = Parse(with_crl(Good("advertise: {require_signed: false, max_clock_skew: 5s, endpoint: gw.bj:7443}\n"
                           "api: {read_timeout: 3s}\n"),
                      "crl.pem"));
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_FALSE(c->advertise_require_signed);
-  EXPECT_EQ(c->advertise_max_skew_ms, 5000);
-  EXPECT_EQ(c->advertise_endpoint, "gw.bj:7443");
-  EXPECT_EQ(c->tls_crl, dir_ / "crl.pem");
-  EXPECT_EQ(c->api_read_timeout_ms, 3000);
+  EXPECT_FALSE(c->advertise.require_signed);
+  EXPECT_EQ(c->advertise.max_skew_ms, 5000);
+  EXPECT_EQ(c->advertise.endpoint, "gw.bj:7443");
+  EXPECT_EQ(c->tls.crl, dir_ / "crl.pem");
+  EXPECT_EQ(c->api.read_timeout_ms, 3000);
   ExpectError(Good("advertise: {require_signed: maybe}\n"), "advertise.require_signed");
   ExpectError(Good("advertise: {endpoint: nowhere}\n"), "advertise.endpoint");
   ExpectError(with_crl(Good(), "missing.pem"), "\"tls.crl\": cannot read file");
@@ -216,11 +216,11 @@ TEST(ConfigSlurm, ASiteOnSlurmNamesNoNodes) {
                        dir.path(), "fedgate.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_TRUE(c->nodes.empty());
-  EXPECT_EQ(c->executor_kind, "slurm");
-  EXPECT_EQ(c->slurm_partition, "gpu");
-  EXPECT_EQ(c->slurm_conf, "/etc/slurm/slurm.conf");
-  EXPECT_EQ(c->slurm_gpu_models.at("a100"), "A100-80GB");
-  EXPECT_EQ(c->slurm_accounts.at("team-a"), "acct-a");
+  EXPECT_EQ(c->executor.kind, "slurm");
+  EXPECT_EQ(c->slurm.partition, "gpu");
+  EXPECT_EQ(c->slurm.conf, "/etc/slurm/slurm.conf");
+  EXPECT_EQ(c->slurm.gpu_models.at("a100"), "A100-80GB");
+  EXPECT_EQ(c->slurm.accounts.at("team-a"), "acct-a");
   auto with_nodes = ParseConfig(head + "inventory: {source: slurm, nodes: []}\nexecutor: {kind: slurm}\n"
                                        "slurm: {partition: gpu}\n",
                                 dir.path(), "fedgate.yaml");

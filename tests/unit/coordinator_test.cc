@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "federation/inventory.h"
-#include "gateway/app/config.h"
+#include "gateway/config/config.h"
 #include "gateway/jobs/coordinator.h"
 #include "gateway/peering/core.h"
 #include "gateway/jobs/job_manager.h"

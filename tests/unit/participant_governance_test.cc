@@ -36,8 +36,8 @@ class ParticipantGovernanceTest : public ::testing::Test {
     n.gpu_model = "A100";
     n.gpus = 4;
     config_.nodes = {n};
-    config_.preemption_grace_ms = 1000;
-    config_.preemption_min_runtime_ms = 60'000;
+    config_.preemption.grace_ms = 1000;
+    config_.preemption.min_runtime_ms = 60'000;
     config_.tenants = {{"vision", 4, {}, 0, 1}};
   }
   v1::PrepareRequest Ask(const std::string& job, uint64_t epoch, uint32_t gpus, bool preempt) {
@@ -207,7 +207,7 @@ TEST_F(ParticipantGovernanceTest, CommittedQuotaHoldsSurviveARestartUntilTheirLe
     EXPECT_EQ(p.Quotas()[0].used_gpus(), 3u) << "both holds restored";
     // Restored holds get a fresh lease (at least 2 x jobs.lease; b2 had 5 s);
     // nobody renews them.
-    clock_.Advance(std::max<int64_t>(2 * config_.jobs_lease_ms, 5000) + 1);
+    clock_.Advance(std::max<int64_t>(2 * config_.jobs.lease_ms, 5000) + 1);
     p.Sweep();
     EXPECT_EQ(p.Quotas()[0].used_gpus(), 0u);
   }
