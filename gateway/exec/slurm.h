@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "federation/inventory.h"
 #include "gateway/config/config.h"
@@ -71,8 +72,8 @@ class SlurmCluster {
   std::string GresType(const std::string& node) const;
   SlurmConfig config_;
   mutable std::mutex mu_;
-  std::vector<SlurmNode> nodes_;
-  std::string last_error_;
+  std::vector<SlurmNode> nodes_ ABSL_GUARDED_BY(mu_);
+  std::string last_error_ ABSL_GUARDED_BY(mu_);
 };
 
 // The embedded inventory interface over a SlurmCluster's last view.

@@ -12,6 +12,8 @@
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
+
 namespace fedgate::gateway {
 
 class JobEvents {
@@ -48,12 +50,12 @@ class JobEvents {
   std::mutex mu_;
   std::condition_variable cv_;
   std::condition_variable idle_;
-  std::map<uint64_t, Sub> subs_;
-  std::multimap<std::string, uint64_t> by_job_;
-  std::set<std::string> written_;  // jobs written since the last dispatch
-  uint64_t next_ = 1;
-  uint64_t running_ = 0;  // the token whose wake runs now
-  bool stop_ = false;
+  std::map<uint64_t, Sub> subs_ ABSL_GUARDED_BY(mu_);
+  std::multimap<std::string, uint64_t> by_job_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> written_ ABSL_GUARDED_BY(mu_);  // jobs written since the last dispatch
+  uint64_t next_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t running_ ABSL_GUARDED_BY(mu_) = 0;  // the token whose wake runs now
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "federation/usage.h"
 #include "fedgate/v1/jobs.pb.h"
@@ -84,9 +85,10 @@ class JobManager {
   Coordinator* coordinator_ = nullptr;
   std::unique_ptr<JobEvents> events_;
   std::mutex streams_mu_;
-  std::map<std::string, int> streams_;  // open streams by caller identity
+  // Open streams by caller identity.
+  std::map<std::string, int> streams_ ABSL_GUARDED_BY(streams_mu_);
   std::mutex mem_mu_;  // the no-store baseline only
-  std::map<std::string, JobRecord> mem_;
+  std::map<std::string, JobRecord> mem_ ABSL_GUARDED_BY(mem_mu_);
   UsageGatherer gather_usage_;
   federation::Pricing pricing_;
 };

@@ -14,6 +14,7 @@
 
 #include <grpcpp/security/tls_certificate_provider.h>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "fedgate/v1/federation.grpc.pb.h"
 #include "gateway/jobs/participant_calls.h"
@@ -60,10 +61,11 @@ class ParticipantClient final : public ParticipantCalls {
   Participant* local_;
   std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider_;
   std::mutex mu_;
-  std::map<std::string, std::pair<std::string, std::shared_ptr<v1::PeerService::Stub>>> stubs_;
+  std::map<std::string, std::pair<std::string, std::shared_ptr<v1::PeerService::Stub>>> stubs_
+      ABSL_GUARDED_BY(mu_);
   std::mutex flight_mu_;
   std::condition_variable flight_cv_;
-  int in_flight_ = 0;
+  int in_flight_ ABSL_GUARDED_BY(flight_mu_) = 0;
 };
 
 }  // namespace fedgate::gateway

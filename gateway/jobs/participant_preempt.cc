@@ -36,7 +36,8 @@ absl::Status Participant::PreemptLocked(const std::string& job_id,
   for (const auto& w : want) asked[w.node] += w.gpus;
   size_t waiting = 0;
   for (const auto& [node, n] : asked) {
-    const uint32_t have = ledger_.FreeGpusFor(node, job_id) + GpusComingLocked(job_id, node, &waiting);
+    const uint32_t have =
+        ledger_.FreeGpusFor(node, job_id) + GpusComingLocked(job_id, node, &waiting);
     if (n > have) deficit[node] = n - have;
   }
   const int64_t keep_until = federation::SatAdd(now, config_.preemption.grace_ms + 60'000);

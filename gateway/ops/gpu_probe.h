@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "federation/gpu_health.h"
 
@@ -94,11 +95,11 @@ class GpuHealthProbe {
   std::string kind_ = "none";
   std::unique_ptr<Nvml> nvml_;
   std::mutex mu_;  // one round at a time
-  federation::GpuHealth health_;
-  std::vector<GpuSample> last_samples_;
+  federation::GpuHealth health_ ABSL_GUARDED_BY(mu_);
+  std::vector<GpuSample> last_samples_ ABSL_GUARDED_BY(mu_);
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
-  bool stop_ = false;
+  bool stop_ ABSL_GUARDED_BY(stop_mu_) = false;
   std::thread thread_;
 };
 

@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+
 namespace prometheus {
 class Registry;
 template <typename T>
@@ -55,7 +57,8 @@ class Metrics {
 
  private:
   struct Fam;
-  Fam& FamilyLocked(const std::string& name, const char* default_type);
+  Fam& FamilyLocked(const std::string& name, const char* default_type)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The series of a family, found by name and labels without rebuilding the
   // label map on every call (the submit path counts twice per call).
   struct Handle {
@@ -64,13 +67,14 @@ class Metrics {
     prometheus::Histogram* histogram = nullptr;
   };
   static std::string HandleKey(const std::string& name, const Labels& labels);
-  Handle& HandleLocked(const std::string& name, const Labels& labels, const char* default_type);
+  Handle& HandleLocked(const std::string& name, const Labels& labels, const char* default_type)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable std::mutex mu_;
   std::shared_ptr<prometheus::Registry> registry_;
-  std::map<std::string, std::unique_ptr<Fam>> families_;
-  std::unordered_map<std::string, Handle> handles_;
-  std::vector<std::function<void(Metrics&)>> scrape_hooks_;
+  std::map<std::string, std::unique_ptr<Fam>> families_ ABSL_GUARDED_BY(mu_);
+  std::unordered_map<std::string, Handle> handles_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::function<void(Metrics&)>> scrape_hooks_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace fedgate::gateway

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "fedgate/v1/federation.pb.h"
 #include "transport/engine.h"
@@ -25,7 +26,7 @@ class BenchHost {
 
  private:
   std::mutex mu_;
-  std::vector<std::unique_ptr<transport::BenchServer>> servers_;
+  std::vector<std::unique_ptr<transport::BenchServer>> servers_ ABSL_GUARDED_BY(mu_);
 };
 
 // 32 hex characters from OpenSSL's CSPRNG.

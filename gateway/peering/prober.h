@@ -15,6 +15,7 @@
 
 #include <grpcpp/security/tls_certificate_provider.h>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "fedgate/v1/bench.pb.h"
 
@@ -53,9 +54,9 @@ class Prober {
   std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Request> queue_;
-  std::map<std::string, int64_t> next_periodic_ms_;
-  bool stop_ = false;
+  std::deque<Request> queue_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int64_t> next_periodic_ms_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

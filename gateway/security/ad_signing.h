@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "fedgate/v1/federation.pb.h"
 #include "gateway/security/openssl_ptr.h"
@@ -56,7 +57,7 @@ class AdVerifier {
   std::unique_ptr<Store> store_;
   // Certificates whose chain was verified, so that a relayed ad costs one
   // signature check, not a chain walk. Bounded: cleared when full.
-  std::map<std::string, Trusted> trusted_;
+  std::map<std::string, Trusted> trusted_ ABSL_GUARDED_BY(mu_);
 };
 
 // Signs this site's ads and verifies everyone else's.
@@ -78,15 +79,15 @@ class FileAdAuthority : public AdAuthority {
   absl::StatusOr<v1::CapacityAd> Verify(const v1::SignedAd& signed_ad, AdRefusal* why) override;
 
  private:
-  void ReloadLocked();
+  void ReloadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string ca_path_, cert_path_, key_path_, crl_path_;
   std::mutex mu_;
-  int64_t checked_at_ms_ = -1;
-  std::string stamp_;  // sizes and mtimes of the three files
-  std::shared_ptr<EVP_PKEY> signing_key_;
-  std::string cert_der_;
-  AdVerifier verifier_;
+  int64_t checked_at_ms_ ABSL_GUARDED_BY(mu_) = -1;
+  std::string stamp_ ABSL_GUARDED_BY(mu_);  // sizes and mtimes of the three files
+  std::shared_ptr<EVP_PKEY> signing_key_ ABSL_GUARDED_BY(mu_);
+  std::string cert_der_ ABSL_GUARDED_BY(mu_);
+  AdVerifier verifier_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace fedgate::gateway

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "gateway/security/identity.h"
 #include "gateway/security/revocation.h"
@@ -59,7 +60,8 @@ class Authorizer {
   static constexpr size_t kMaxCachedIdentities = 1024;
   absl::StatusOr<Identity> CachedIdentity(const std::string& pem) const;
   mutable std::mutex cache_mu_;
-  mutable std::unordered_map<std::string, absl::StatusOr<Identity>> cache_;
+  mutable std::unordered_map<std::string, absl::StatusOr<Identity>> cache_
+      ABSL_GUARDED_BY(cache_mu_);
 };
 
 grpc::Status ToGrpc(const absl::Status& st);

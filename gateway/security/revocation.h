@@ -9,6 +9,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 
 typedef struct x509_store_st X509_STORE;
@@ -28,17 +29,18 @@ class RevocationList {
   const std::string& path() const { return path_; }
 
  private:
-  void ReloadLocked();
+  void ReloadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckUncached(std::string_view cert_pem);
   struct Crls;
 
   const std::string path_;
   std::mutex mu_;
-  int64_t checked_at_ms_ = -1;
-  std::string stamp_;
-  std::string error_;
-  std::unique_ptr<Crls> crls_;
-  std::unordered_map<std::string, absl::Status> answers_;  // by certificate PEM
+  int64_t checked_at_ms_ ABSL_GUARDED_BY(mu_) = -1;
+  std::string stamp_ ABSL_GUARDED_BY(mu_);
+  std::string error_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Crls> crls_ ABSL_GUARDED_BY(mu_);
+  // By certificate PEM.
+  std::unordered_map<std::string, absl::Status> answers_ ABSL_GUARDED_BY(mu_);
 };
 
 // Adds every CRL of `crl_pem` to `store` and has it check leaves against

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "federation/job_state.h"
 #include "fedgate/v1/jobs.pb.h"
@@ -108,8 +109,8 @@ class JobStore {
   std::mutex read_mu_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::unique_ptr<Write>> queue_;
-  bool stop_ = false;
+  std::deque<std::unique_ptr<Write>> queue_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
   std::atomic<uint64_t> commits_{0};
   std::atomic<uint64_t> largest_batch_{0};
