@@ -135,8 +135,9 @@ class Participant {
  private:
   // Lock order: quota_write_mu_, then mu_, then stored_mu_ (the reaper's
   // and the store's own locks are leaves). Under mu_ only memory is changed
-  // and processes are signalled; spawns, store writes, file and cgroup
-  // writes and sleeps happen after it is released.
+  // and processes are signalled; spawns, store writes, cgroup writes and
+  // sleeps happen after it is released. The one file written under it is a
+  // preemption's deadline file, which must exist before its SIGTERM.
   struct LaunchPlan;  // participant_commit.cc
   struct SweepOutcome;  // participant_sweep.cc
   using Allocs = SiteBackend::Allocs;

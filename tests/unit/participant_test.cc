@@ -159,6 +159,14 @@ TEST_F(ParticipantTest, CommitStartsEachRankOnItsHeldGpuWithTheRankEnvironment) 
 }
 
 TEST_F(ParticipantTest, RanksStartAndUsageClosesWithTheLockFree) {
+  // The core's Tick runs in this callback (it asks the participant for its
+  // free GPUs): it must never run under the participant's lock.
+  int changes = 0;
+  bool free_at_change = true;
+  p_->SetOnCapacityChange([&] {
+    free_at_change = free_at_change && LockIsFree(p_->mutex_for_test());
+    ++changes;
+  });
   Hold(2);
   int checked = 0;
   bool free_at_launch = true;
@@ -173,6 +181,8 @@ TEST_F(ParticipantTest, RanksStartAndUsageClosesWithTheLockFree) {
   p_->Sweep();
   ASSERT_EQ(closed_.size(), 1u);
   EXPECT_TRUE(usage_lock_free_) << "usage was reported under the participant's lock";
+  EXPECT_GE(changes, 2) << "the hold and the release change what is offered";
+  EXPECT_TRUE(free_at_change) << "a capacity change was reported under the lock";
 }
 
 TEST_F(ParticipantTest, ASliceWhoseRanksAllExitedSucceedsAndFreesItsGpus) {
