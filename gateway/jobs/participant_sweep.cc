@@ -111,11 +111,13 @@ void Participant::PruneFinishedLocked(int64_t now) {
   // Only slices whose coordinator already saw their end count against the
   // cap: one it has not asked about yet (a coordinator restarting) stays
   // for the whole window, so a finished job is never reported lost.
-  std::vector<std::pair<int64_t, SliceKey>> reported;
-  for (const auto& [k, sl] : slices_) {
-    if (sl.reported) reported.emplace_back(sl.ended_at_ms, k);
-  }
-  if (reported.size() > max_finished_) {
+  const size_t finished = std::count_if(slices_.begin(), slices_.end(),
+                                        [](const auto& e) { return e.second.reported; });
+  if (finished > max_finished_) {
+    std::vector<std::pair<int64_t, SliceKey>> reported;
+    for (const auto& [k, sl] : slices_) {
+      if (sl.reported) reported.emplace_back(sl.ended_at_ms, k);
+    }
     std::sort(reported.begin(), reported.end());
     for (size_t i = 0; i < reported.size() - max_finished_; ++i) slices_.erase(reported[i].second);
   }
@@ -126,6 +128,9 @@ void Participant::PruneFinishedLocked(int64_t now) {
 
 void Participant::FinishSweep(SweepOutcome out) {
   for (const auto& cg : out.kill_cgroups) KillCgroup(cg);
+  // Earlier sweeps' leftovers first: a cgroup that fails to go below is
+  // tried again by the next sweep, not twice in this one.
+  reaper_.Sweep();
   for (const auto& e : out.ended) {
     reaper_.Remove(e.cgroup);  // stray processes of the slice go with it
     if (store_ == nullptr) continue;
@@ -133,7 +138,6 @@ void Participant::FinishSweep(SweepOutcome out) {
     auto closed = store_->CloseUsage(e.job_id, e.epoch, out.now, e.why);
     if (closed.ok() && on_usage_) on_usage_(*closed);
   }
-  reaper_.Sweep();
   DeleteQuotaRows(out.released_rows);
   for (const auto& a : out.stale) backend_->Release(a);
   if (out.changed && on_change_) on_change_();
