@@ -44,6 +44,15 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const std::set<std::string
     if (!d.ok()) return bad("time_limit: ", d.status().message());
     if (*d <= 0) return bad("time_limit must be > 0");
   }
+  if (!spec.recovery().empty() && spec.recovery() != "restart" && spec.recovery() != "replace") {
+    return bad("recovery must be restart or replace, got \"", spec.recovery(), "\"");
+  }
+  if (spec.has_max_replacements() && spec.max_replacements() > 1000) {
+    return bad("max_replacements must be at most 1000, got ", spec.max_replacements());
+  }
+  if (spec.has_checkpoint() && spec.checkpoint().keep() > 100) {
+    return bad("checkpoint.keep must be at most 100, got ", spec.checkpoint().keep());
+  }
   if (spec.command().empty() || spec.command(0).empty()) return bad("command is required");
   for (const auto& [k, v] : spec.env()) {
     if (k.empty() || k.find('=') != std::string::npos) return bad("env: invalid name \"", k, "\"");
@@ -56,6 +65,9 @@ v1::JobSpec WithDefaults(v1::JobSpec spec) {
   if (spec.estimated_duration().empty()) spec.set_estimated_duration("1h");
   if (spec.max_attempts() == 0) spec.set_max_attempts(3);
   if (spec.min_gpus_per_site() == 0) spec.set_min_gpus_per_site(1);
+  if (spec.recovery().empty()) spec.set_recovery("restart");
+  if (!spec.has_max_replacements()) spec.set_max_replacements(3);
+  if (spec.has_checkpoint() && spec.checkpoint().keep() == 0) spec.mutable_checkpoint()->set_keep(2);
   return spec;
 }
 

@@ -30,6 +30,13 @@ absl::Status CheckHolds(const v1::PrepareRequest& req, const v1::PrepareResponse
   return absl::OkStatus();
 }
 
+bool PastTimeLimit(const v1::JobSpec& spec, const v1::RunPlan& run, int64_t now_ms) {
+  // The hard time_limit, from the reservation's epoch (when it was placed).
+  auto limit = ParseDurationMs(spec.time_limit());
+  return limit.ok() && !spec.time_limit().empty() &&
+         now_ms - static_cast<int64_t>(run.epoch()) > *limit;
+}
+
 bool QuotaOnly(const v1::RunPlan& run) {
   if (run.quota_site().empty()) return false;
   for (const auto& s : run.sites()) {
@@ -106,10 +113,7 @@ RenewVerdict JudgeRenewal(const v1::JobSpec& spec, uint32_t attempt, const v1::R
                           int64_t now_ms, int64_t lease_ms,
                           std::map<std::string, int64_t>* last_ok) {
   RenewVerdict v;
-  // The hard time_limit, from the reservation's epoch (when it was placed).
-  if (auto limit = ParseDurationMs(spec.time_limit());
-      limit.ok() && !spec.time_limit().empty() &&
-      now_ms - static_cast<int64_t>(run.epoch()) > *limit) {
+  if (PastTimeLimit(spec, run, now_ms)) {
     v.kind = RenewVerdict::kTimeLimit;
     v.reason = StrCat("stopped: attempt ", attempt, " ran past its time_limit of ", spec.time_limit());
     return v;

@@ -62,6 +62,9 @@ RenewVerdict JudgeRenewal(const v1::JobSpec& spec, uint32_t attempt, const v1::R
                           int64_t now_ms, int64_t lease_ms,
                           std::map<std::string, int64_t>* last_ok);
 
+// The attempt ran past spec.time_limit (counted from the run's epoch).
+bool PastTimeLimit(const v1::JobSpec& spec, const v1::RunPlan& run, int64_t now_ms);
+
 // The home site holds this run's quota but runs none of its ranks.
 bool QuotaOnly(const v1::RunPlan& run);
 

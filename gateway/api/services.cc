@@ -14,6 +14,7 @@
 #include "gateway/jobs/job_manager.h"
 #include "gateway/api/job_streams.h"
 #include "gateway/ops/metrics.h"
+#include "gateway/jobs/checkpoint_sync.h"
 #include "gateway/jobs/participant.h"
 #include "gateway/peering/prober.h"
 
@@ -85,6 +86,73 @@ FEDGATE_PARTICIPANT_RPC(SliceStatus, Status, SliceStatusRequest, SliceStatusResp
 FEDGATE_PARTICIPANT_RPC(ReadLog, ReadLog, ReadLogRequest, ReadLogResponse)
 FEDGATE_PARTICIPANT_RPC(ListUsage, ListUsage, ListUsageRequest, ListUsageResponse)
 #undef FEDGATE_PARTICIPANT_RPC
+
+namespace {
+
+// One PushCheckpoint stream: each chunk goes to the receiving copy as it
+// arrives; the end of the stream checks and publishes the step.
+class CheckpointReader final : public grpc::ServerReadReactor<v1::CheckpointChunk> {
+ public:
+  CheckpointReader(std::unique_ptr<CheckpointSync::Incoming> in, absl::Status refused,
+                   v1::PushCheckpointResponse* resp)
+      : in_(std::move(in)), resp_(resp) {
+    if (!refused.ok()) {
+      Finish(ToGrpc(refused));
+      return;
+    }
+    StartRead(&chunk_);
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the sender is done (or gone)
+      auto r = in_->Finish();
+      if (r.ok()) *resp_ = *r;
+      Finish(ToGrpc(r.status()));
+      return;
+    }
+    if (auto st = in_->Add(chunk_); !st.ok()) {
+      Finish(ToGrpc(st));
+      return;
+    }
+    StartRead(&chunk_);
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  std::unique_ptr<CheckpointSync::Incoming> in_;
+  v1::PushCheckpointResponse* resp_;
+  v1::CheckpointChunk chunk_;
+};
+
+}  // namespace
+
+grpc::ServerReadReactor<v1::CheckpointChunk>* PeerServiceImpl::PushCheckpoint(
+    grpc::CallbackServerContext* ctx, v1::PushCheckpointResponse* resp) {
+  auto caller = authz_->Authorize(*ctx->auth_context(), RpcClass::kReservation, "PushCheckpoint");
+  if (caller.ok()) {
+    metrics_->Inc("fedgate_peer_rpc_handled_total", {{"method", "PushCheckpoint"}});
+  }
+  absl::Status refused = caller.status();
+  if (refused.ok() && checkpoints_ == nullptr) {
+    refused = absl::UnimplementedError("this gateway copies no checkpoints");
+  }
+  return new CheckpointReader(refused.ok() ? checkpoints_->Receive(caller->site) : nullptr,
+                              refused, resp);
+}
+
+grpc::ServerUnaryReactor* PeerServiceImpl::CheckpointProgress(
+    grpc::CallbackServerContext* ctx, const v1::CheckpointProgressRequest* req,
+    v1::CheckpointProgressResponse* resp) {
+  return Guarded(ctx, authz_, metrics_, RpcClass::kReservation, "CheckpointProgress",
+                 [&](const Identity& id) {
+                   if (auto st = SameSite(req->site(), id); !st.ok()) return st;
+                   if (checkpoints_ == nullptr) {
+                     return absl::UnimplementedError("this gateway copies no checkpoints");
+                   }
+                   auto out = checkpoints_->Progress(id.site, *req);
+                   if (out.ok()) *resp = std::move(*out);
+                   return out.status();
+                 });
+}
 
 grpc::ServerUnaryReactor* AdminServiceImpl::ListPeers(grpc::CallbackServerContext* ctx,
                                                       const v1::ListPeersRequest*,

@@ -16,6 +16,8 @@ class Metrics;
 class Participant;
 class Prober;
 
+class CheckpointSync;
+
 class PeerServiceImpl final : public v1::PeerService::CallbackService {
  public:
   PeerServiceImpl(GatewayCore* core, const Authorizer* authz, Metrics* metrics, BenchHost* bench,
@@ -46,6 +48,13 @@ class PeerServiceImpl final : public v1::PeerService::CallbackService {
   grpc::ServerUnaryReactor* ListUsage(grpc::CallbackServerContext* ctx,
                                       const v1::ListUsageRequest* req,
                                       v1::ListUsageResponse* resp) override;
+  grpc::ServerReadReactor<v1::CheckpointChunk>* PushCheckpoint(
+      grpc::CallbackServerContext* ctx, v1::PushCheckpointResponse* resp) override;
+  grpc::ServerUnaryReactor* CheckpointProgress(grpc::CallbackServerContext* ctx,
+                                               const v1::CheckpointProgressRequest* req,
+                                               v1::CheckpointProgressResponse* resp) override;
+  // Where checkpoints are received (before the server starts).
+  void SetCheckpoints(CheckpointSync* sync) { checkpoints_ = sync; }
 
  private:
   GatewayCore* core_;
@@ -53,6 +62,7 @@ class PeerServiceImpl final : public v1::PeerService::CallbackService {
   Metrics* metrics_;
   BenchHost* bench_;
   Participant* participant_;
+  CheckpointSync* checkpoints_ = nullptr;
 };
 
 class AdminServiceImpl final : public v1::AdminService::CallbackService {

@@ -19,6 +19,7 @@
 #include "gateway/peering/core.h"
 #include "gateway/exec/slurm.h"
 #include "gateway/jobs/participant.h"
+#include "gateway/jobs/checkpoint_sync.h"
 #include "gateway/jobs/participant_client.h"
 #include "gateway/api/rest_server.h"
 #include "gateway/jobs/job_manager.h"
@@ -237,6 +238,16 @@ absl::Status Gateway::MakeJobs() {
         std::make_unique<ParticipantClient>(core_.get(), participant_.get(), client_certs_);
     coordinator_ =
         std::make_unique<Coordinator>(core_.get(), job_store_.get(), participant_client_.get());
+    checkpoints_ = std::make_unique<CheckpointSync>(
+        config_.site, participant_.get(),
+        [client = participant_client_.get()](const std::string& site) { return client->Stub(site); },
+        metrics_.get());
+    CheckpointSync::DescribeMetrics(metrics_.get());
+    participant_->SetOnCheckpointAsk([c = checkpoints_.get()](const std::string& job, uint64_t step,
+                                                              std::vector<std::string> to) {
+      c->Ask(job, step, std::move(to));
+    });
+    peer_service_->SetCheckpoints(checkpoints_.get());
     job_manager_->SetCoordinator(coordinator_.get());
     job_manager_->SetUsageGatherer(
         [core = core_.get(), client = participant_client_.get()](
@@ -298,6 +309,7 @@ absl::Status Gateway::StartLoops() {
   links_->Reconcile();
   advertiser_ = std::thread([this] { AdvertiseLoop(); });
   participant_->Start();
+  if (checkpoints_) checkpoints_->Start();
   health_->Start();
   if (coordinator_) coordinator_->Start();
   return absl::OkStatus();
@@ -338,6 +350,7 @@ void Gateway::Stop() {
   // Running slices elsewhere keep running within their lease; a restarted
   // coordinator picks them up again from the store.
   if (coordinator_) coordinator_->Stop();
+  if (checkpoints_) checkpoints_->Stop();
   // Aborts sent by the coordinator end by their deadlines (a quarter lease).
   if (participant_client_ && !participant_client_->Drain(config_.jobs.lease_ms)) {
     spdlog::warn("shutting down with calls to participants still in flight");

@@ -29,6 +29,7 @@ class GpuHealthProbe;
 class AuditLog;
 class PeerLinks;
 class PeerServiceImpl;
+class CheckpointSync;
 class AdminServiceImpl;
 class JobServiceImpl;
 class JobManager;
@@ -77,6 +78,7 @@ class Gateway {
   std::unique_ptr<SlurmCluster> slurm_;  // executor.kind slurm
   std::unique_ptr<Participant> participant_;
   std::unique_ptr<ParticipantClient> participant_client_;  // outlives the coordinator
+  std::unique_ptr<CheckpointSync> checkpoints_;
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<JobStore> job_store_;
   std::unique_ptr<JobManager> job_manager_;

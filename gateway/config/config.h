@@ -82,6 +82,9 @@ struct JobsConfig {
   // How long a committed slice runs without hearing from its coordinator
   // (jobs.lease; default max(3s, 5 advertise intervals)).
   int64_t lease_ms = 0;
+  // recovery: replace: how long a lost slice may wait for a replacement
+  // before the job falls back to a new attempt (jobs.replace_timeout).
+  int64_t replace_timeout_ms = 5 * 60 * 1000;
 };
 
 struct ApiConfig {

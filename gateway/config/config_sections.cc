@@ -195,8 +195,14 @@ void ParseJobs(const YAML::Node& root, [[maybe_unused]] const std::string& base_
     const YamlWalker& w, Config& c) {
   if (root["jobs"]) {
     const auto& j = root["jobs"];
-    w.ExpectKeys(j, "jobs", {"lease"});
+    w.ExpectKeys(j, "jobs", {"lease", "replace_timeout"});
     if (j["lease"]) c.jobs.lease_ms = w.Duration(j["lease"], "jobs.lease");
+    if (j["replace_timeout"]) {
+      c.jobs.replace_timeout_ms = w.Duration(j["replace_timeout"], "jobs.replace_timeout");
+      if (c.jobs.replace_timeout_ms < 1000) {
+        w.Fail(j["replace_timeout"], "\"jobs.replace_timeout\" must be at least 1s");
+      }
+    }
   }
   if (c.jobs.lease_ms == 0) c.jobs.lease_ms = std::max<int64_t>(3000, 5 * c.advertise.interval_ms);
   if (c.jobs.lease_ms < 1000) w.Fail(root["jobs"]["lease"], "\"jobs.lease\" must be at least 1s");

@@ -12,6 +12,7 @@
 
 #include "base/str_cat.h"
 #include "federation/round_verdict.h"
+#include "federation/world_restart.h"
 #include "gateway/jobs/coordinator_key.h"
 #include "gateway/jobs/fan_out.h"
 #include "gateway/jobs/participant_calls.h"
@@ -152,7 +153,7 @@ void Coordinator::StopRun(const JobRecord& job, const std::string& reason, int64
   for (int i : RemoteFirst(sites)) {
     const std::string& site = sites[i];
     v1::AbortRequest a;
-    *a.mutable_key() = Key(job, run.epoch());
+    *a.mutable_key() = Key(job, i < run.sites_size() ? federation::SiteEpoch(run, i) : run.epoch());
     a.set_reason(reason);
     a.set_grace_ms(grace_ms);
     participants_->Abort(site, std::move(a), rpc_timeout_ms(),

@@ -126,6 +126,20 @@ class Coordinator {
                   std::vector<std::function<void()>>* local);
   void Judge(JobRecord job, const v1::RunPlan& run,
              const std::vector<absl::StatusOr<v1::SliceStatusResponse>>& answers, int64_t now);
+  // coordinator_replace.cc: recovery: replace. The verdict on a renewal
+  // pass (renewal thread), the replacement slices and the new world's start
+  // (placement thread).
+  void JudgeReplace(JobRecord job, v1::RunPlan run,
+                    const std::vector<absl::StatusOr<v1::SliceStatusResponse>>& answers,
+                    int64_t now);
+  // Halts the ranks at the sites `which`, keeping their GPUs.
+  void Halt(const JobRecord& job, const v1::RunPlan& run, const std::vector<int>& which);
+  void DriveReplacement(JobRecord job, const std::vector<std::string>& unreachable);
+  // One replacement slice for the lost slice at run.sites(idx); false while
+  // it cannot be had (the reason says why).
+  bool ReplaceSlice(JobRecord* job, v1::RunPlan* run, int idx,
+                    const std::vector<std::string>& unreachable);
+  void RelaunchWorld(JobRecord job, v1::RunPlan run);
   // Commits the sites `which` (indices into run.sites) and, unless kNone,
   // the tenant's home site when it runs no ranks: waiting for its answer
   // (kAwait) or only sending it (kSend).
@@ -158,6 +172,8 @@ class Coordinator {
   federation::FairShare share_ ABSL_GUARDED_BY(share_mu_);
   uint64_t last_epoch_ = 0;                                        // placement thread only
   std::map<std::string, std::map<std::string, int64_t>> last_ok_;  // renewal thread only
+  // Checkpoint copies to ask for at the next renewal: job -> holder -> sites.
+  std::map<std::string, std::map<std::string, std::vector<std::string>>> copy_asks_;  // renewal
   std::atomic<uint64_t> renew_passes_{0};
   std::atomic<int64_t> worst_gap_ms_{0};
   std::mutex wake_mu_;

@@ -56,6 +56,7 @@ void Coordinator::PlacePass() {
   if (!jobs.ok()) return;
   std::map<std::string, JobRecord> pending;
   std::vector<federation::RunningJob> running;
+  std::vector<JobRecord> replacing;
   for (auto& j : *jobs) {
     auto est = federation::ParseDurationMs(j.spec.estimated_duration());
     const int64_t est_ms = est.ok() ? *est : 3600000;
@@ -75,11 +76,17 @@ void Coordinator::PlacePass() {
       // placed, in ms); GPUs of unknown model count for any waiting job.
       v1::RunPlan run;
       run.ParseFromString(j.run);
+      // A world restart's replacement slices and new world go before any
+      // new job: the survivors' GPUs wait for them.
+      if (run.has_replacing() && (run.replacing().stage() == v1::Replacement::RESERVING ||
+                                  run.replacing().stage() == v1::Replacement::RELAUNCH)) {
+        replacing.push_back(j);
+      }
       running.push_back({federation::SatAdd(static_cast<int64_t>(run.epoch()), est_ms),
                          {{"*", j.spec.gpus()}}});
     }
   }
-  if (pending.empty()) return;
+  if (pending.empty() && replacing.empty()) return;
   // Only this site, its approved peers and sites that accept jobs from the
   // whole federation can be asked to run ranks: every other known site is
   // avoided. Computed once per pass.
@@ -88,10 +95,15 @@ void Coordinator::PlacePass() {
   const std::set<std::string> reachable = core_->SitesForJobs();
   const auto capacity = core_->Capacity();
   for (const auto& s : capacity.sites()) {
-    if (!reachable.contains(s.site())) {
-      unreachable.push_back(s.site());
-      continue;
-    }
+    if (!reachable.contains(s.site())) unreachable.push_back(s.site());
+  }
+  for (auto& j : replacing) {
+    if (stop_) return;
+    DriveReplacement(std::move(j), unreachable);
+  }
+  if (pending.empty()) return;
+  for (const auto& s : capacity.sites()) {
+    if (!reachable.contains(s.site())) continue;
     if (s.state() == v1::SiteCapacity::down) continue;
     // Preemptible GPUs count too: a guaranteed job may take them (a spot
     // job tried on them just finds no placement).

@@ -9,6 +9,7 @@
 
 #include "base/str_cat.h"
 #include "federation/round_verdict.h"
+#include "federation/world_restart.h"
 #include "gateway/jobs/coordinator.h"
 #include "gateway/jobs/coordinator_key.h"
 #include "gateway/jobs/fan_out.h"
@@ -58,6 +59,7 @@ void Coordinator::RenewPass() {
     Judge(std::move(w->job), w->run, w->answers, now);
   }
   std::erase_if(last_ok_, [&](const auto& e) { return !running.contains(e.first); });
+  std::erase_if(copy_asks_, [&](const auto& e) { return !running.contains(e.first); });
   ++renew_passes_;
 }
 
@@ -89,8 +91,16 @@ void Coordinator::AskRenewal(RenewWork* w, const std::set<std::string>& down, Fa
       if (ended) continue;
     }
     v1::SliceStatusRequest req;
-    *req.mutable_key() = Key(w->job, w->run.epoch());
+    *req.mutable_key() =
+        Key(w->job, i < w->run.sites_size() ? federation::SiteEpoch(w->run, i) : w->run.epoch());
     req.set_lease_ms(lease_ms_);
+    // A checkpoint the new world needs, asked of its fastest holder.
+    if (auto asks = copy_asks_.find(w->job.id); asks != copy_asks_.end()) {
+      if (auto to = asks->second.find(site); to != asks->second.end()) {
+        req.set_checkpoint_step(w->run.replacing().checkpoint_step());
+        for (const auto& s : to->second) req.add_checkpoint_to(s);
+      }
+    }
     auto call = [this, site, req = std::move(req), done = fan->Collect(&w->answers[i])]() mutable {
       participants_->SliceStatus(site, std::move(req), rpc_timeout_ms(), std::move(done));
     };
@@ -105,6 +115,10 @@ void Coordinator::AskRenewal(RenewWork* w, const std::set<std::string>& down, Fa
 void Coordinator::Judge(JobRecord job, const v1::RunPlan& run,
                         const std::vector<absl::StatusOr<v1::SliceStatusResponse>>& answers,
                         int64_t now) {
+  if (job.spec.recovery() == "replace" && !federation::PastTimeLimit(job.spec, run, now)) {
+    JudgeReplace(std::move(job), run, answers, now);
+    return;
+  }
   const RenewVerdict v = federation::JudgeRenewal(job.spec, job.attempt, run, answers, now,
                                                   lease_ms_, &last_ok_[job.id]);
   int64_t worst = worst_gap_ms_.load();

@@ -9,6 +9,7 @@
 
 #include "base/str_cat.h"
 #include "federation/round_verdict.h"
+#include "federation/world_restart.h"
 #include "gateway/jobs/coordinator.h"
 #include "gateway/jobs/coordinator_key.h"
 #include "gateway/jobs/crash_point.h"
@@ -269,6 +270,10 @@ v1::CommitRequest Coordinator::CommitFor(const JobRecord& job, const v1::RunPlan
   *c.mutable_command() = job.spec.command();
   *c.mutable_env() = job.spec.env();
   c.set_lease_ms(lease_ms_);
+  c.set_restart(run.restart());
+  c.set_keep_hold(job.spec.recovery() == "replace");
+  if (job.spec.has_checkpoint()) c.set_checkpoint_keep(std::max<uint32_t>(1, job.spec.checkpoint().keep()));
+  for (const auto& s : run.sites()) c.add_world_sites(s.site());
   return c;
 }
 
@@ -285,7 +290,10 @@ absl::Status Coordinator::CommitAll(const JobRecord& job, const v1::RunPlan& run
   FanOut fan;
   for (int k : RemoteFirst(to)) {
     v1::CommitRequest c = CommitFor(job, run);
-    if (k < ranked) *c.mutable_ranks() = run.sites(which[k]).ranks();
+    if (k < ranked) {
+      *c.mutable_ranks() = run.sites(which[k]).ranks();
+      *c.mutable_key() = Key(job, federation::SiteEpoch(run, which[k]));
+    }
     if (k >= ranked && quota == QuotaCommit::kSend) {
       // The decision is durable already and nothing waits for this hold's
       // commit: a lost one shows as HELD at the next renewal, which re-sends it.

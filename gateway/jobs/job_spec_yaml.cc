@@ -43,7 +43,7 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, const std::str
     static const std::set<std::string> kKeys = {
         "name", "gpus", "gpu_models", "min_gpu_memory_gib", "max_sites", "min_gpus_per_site",
         "min_link_gbps", "allowed_sites", "avoided_sites", "priority", "estimated_duration", "time_limit",
-        "max_attempts", "command", "env"};
+        "max_attempts", "command", "env", "recovery", "max_replacements", "checkpoint"};
     v1::JobSpec spec;
     for (auto it = root.begin(); it != root.end(); ++it) {
       const std::string key = it->first.as<std::string>();
@@ -78,6 +78,19 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, const std::str
       } else if (key == "max_attempts") {
         spec.set_max_attempts(Count(w, v, key));
         if (spec.max_attempts() == 0) w.Fail(v, "max_attempts must be >= 1");
+      } else if (key == "recovery") {
+        spec.set_recovery(w.Scalar<std::string>(v, key, "restart or replace"));
+      } else if (key == "max_replacements") {
+        spec.set_max_replacements(Count(w, v, key));
+      } else if (key == "checkpoint") {
+        if (!v.IsMap()) w.Fail(v, "checkpoint must be a mapping, e.g. {keep: 2}");
+        auto* c = spec.mutable_checkpoint();
+        for (auto e = v.begin(); e != v.end(); ++e) {
+          const std::string k = e->first.as<std::string>();
+          if (k != "keep") w.Fail(e->first, StrCat("unknown field \"checkpoint.", k, "\""));
+          c->set_keep(Count(w, e->second, "checkpoint.keep"));
+          if (c->keep() == 0) w.Fail(e->second, "checkpoint.keep must be >= 1");
+        }
       } else if (key == "command") {
         List(w, v, key, spec.mutable_command());
       } else if (key == "env") {

@@ -2,6 +2,7 @@
 // of the two-phase protocol: Prepare, Abort and Status. Commit, the sweep,
 // restart recovery, quotas, nodes and logs each have a file of their own.
 #include "gateway/jobs/participant.h"
+#include "gateway/jobs/checkpoint_files.h"
 
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -151,18 +152,37 @@ void Participant::Stop() {
   }
 }
 
-void Participant::StopSliceLocked(Slice* s, const std::string& why, int64_t grace_ms) {
-  if (s->stopping) return;
+void Participant::StopSliceLocked(Slice* s, const std::string& why, int64_t grace_ms,
+                                  bool keep_hold) {
+  if (s->stopping) {
+    // A stop that frees the GPUs (a failed GPU, the lease, an abort) wins
+    // over a halt that keeps them.
+    if (s->keep_after_stop && !keep_hold) {
+      s->keep_after_stop = false;
+      s->message = why;
+      ledger_.MarkStopping(s->key.job_id(), s->key.epoch());
+    }
+    return;
+  }
+  if (s->parked && keep_hold) return;  // halted already
   s->stopping = true;
+  s->keep_after_stop = keep_hold;
   s->message = why;
-  if (s->state == SliceState::RUNNING) s->state = SliceState::FAILED;
-  ledger_.MarkStopping(s->key.job_id(), s->key.epoch());
+  if (s->state == SliceState::RUNNING || s->state == SliceState::HELD) s->state = SliceState::FAILED;
+  if (s->parked) {
+    // No rank runs: the next sweep frees the GPUs.
+    s->parked = false;
+    ledger_.MarkStopping(s->key.job_id(), s->key.epoch());
+    return;
+  }
+  if (!keep_hold) ledger_.MarkStopping(s->key.job_id(), s->key.epoch());
   // A launching slice has no ranks yet: AttachLaunched signals them.
   for (auto& r : s->ranks) {
     if (!r.exited) runner_->Signal(r.pid, SIGTERM);
   }
   s->kill_at_ms = federation::SatAdd(clock_->NowMs(), grace_ms > 0 ? grace_ms : kKillGraceMs);
-  spdlog::info("job {}: stopping its ranks here: {}", s->key.job_id(), why);
+  spdlog::info("job {}: stopping its ranks here{}: {}", s->key.job_id(),
+               keep_hold ? " (GPUs kept for the next world)" : "", why);
 }
 
 absl::StatusOr<v1::PrepareResponse> Participant::Prepare(const std::string& from,
@@ -269,6 +289,7 @@ absl::StatusOr<v1::AbortResponse> Participant::Abort(const std::string& from,
                                                      const v1::AbortRequest& req) {
   const auto& key = req.key();
   if (auto st = CheckJobId(key.job_id()); !st.ok()) return st;
+  if (req.keep_hold()) return Halt(from, req);
   bool gpus_moved = false;  // only then is the ad out of date
   {
     std::lock_guard lock(mu_);
@@ -295,7 +316,25 @@ absl::StatusOr<v1::SliceStatusResponse> Participant::Status(const std::string& f
                                                             const v1::SliceStatusRequest& req) {
   if (auto st = CheckJobId(req.key().job_id()); !st.ok()) return st;
   v1::SliceStatusResponse resp;
-  std::lock_guard lock(mu_);
+  bool checkpoints = false;
+  {
+    std::lock_guard lock(mu_);
+    if (auto st = StatusLocked(from, req, &resp, &checkpoints); !st.ok()) return st;
+  }
+  if (!checkpoints) return resp;
+  // The job's checkpoints here, read without the lock; a copy the
+  // coordinator asks for runs in the background.
+  const std::string dir = CheckpointDir(req.key().job_id());
+  for (uint64_t step : ListCheckpointSteps(dir)) resp.add_checkpoint_steps(step);
+  if (req.checkpoint_step() > 0 && req.checkpoint_to_size() > 0 && on_checkpoint_ask_) {
+    on_checkpoint_ask_(req.key().job_id(), req.checkpoint_step(),
+                       {req.checkpoint_to().begin(), req.checkpoint_to().end()});
+  }
+  return resp;
+}
+
+absl::Status Participant::StatusLocked(const std::string& from, const v1::SliceStatusRequest& req,
+                                       v1::SliceStatusResponse* resp, bool* checkpoints) {
   if (auto st = ledger_.CheckOwner(req.key().job_id(), from); !st.ok()) return st;
   auto it = slices_.find({req.key().job_id(), req.key().epoch()});
   const int64_t lease = federation::ClampMs(req.lease_ms(), kMinLeaseMs, kMaxLeaseMs);
@@ -304,29 +343,50 @@ absl::StatusOr<v1::SliceStatusResponse> Participant::Status(const std::string& f
       quota_.Renew(req.key().job_id(), req.key().epoch(), clock_->NowMs(), lease);
   if (it == slices_.end()) {
     if (ledger_.Find(req.key().job_id(), req.key().epoch()) != nullptr) {
-      resp.set_state(SliceState::HELD);
+      resp->set_state(SliceState::HELD);
     } else if (quota != nullptr) {
-      resp.set_state(quota->committed ? SliceState::RUNNING : SliceState::HELD);
-      resp.set_message(StrCat("holds ", quota->total(), " GPU(s) of tenant ", quota->tenant,
-                              "'s quota (", federation::QuotaClassName(quota->cls), ")"));
+      resp->set_state(quota->committed ? SliceState::RUNNING : SliceState::HELD);
+      resp->set_message(StrCat("holds ", quota->total(), " GPU(s) of tenant ", quota->tenant,
+                               "'s quota (", federation::QuotaClassName(quota->cls), ")"));
     } else {
-      resp.set_state(SliceState::UNKNOWN);
+      resp->set_state(SliceState::UNKNOWN);
     }
-    return resp;
+    return absl::OkStatus();
   }
   Slice& s = it->second;
-  if (s.state == SliceState::RUNNING && !s.stopping) {
+  const bool held = s.parked || (s.stopping && s.keep_after_stop);
+  if ((s.state == SliceState::RUNNING && !s.stopping) || held) {
     s.lease_ms = lease;
     s.lease_deadline_ms = federation::SatAdd(clock_->NowMs(), s.lease_ms);
   }
-  resp.set_state(s.state);
-  resp.set_message(s.message);
-  resp.set_preempted_by(s.preempted_by);
+  resp->set_state(s.state);
+  resp->set_message(s.message);
+  resp->set_preempted_by(s.preempted_by);
+  resp->set_restart(s.restart);
+  resp->set_held(held);
+  resp->set_parked(s.parked);
   if (s.released) s.reported = true;  // the coordinator has its final state
   for (const auto& r : s.ranks) {
-    if (r.exited) (*resp.mutable_exit_codes())[r.rank] = r.code;
+    if (r.exited) (*resp->mutable_exit_codes())[r.rank] = r.code;
   }
-  return resp;
+  *checkpoints = s.checkpoint_keep > 0 && !s.released;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::AbortResponse> Participant::Halt(const std::string& from,
+                                                    const v1::AbortRequest& req) {
+  const auto& key = req.key();
+  std::lock_guard lock(mu_);
+  if (auto st = ledger_.CheckOwner(key.job_id(), from); !st.ok()) return st;
+  auto it = slices_.find({key.job_id(), key.epoch()});
+  if (it == slices_.end() || it->second.released || it->second.key.attempt() != key.attempt()) {
+    return absl::NotFoundError(
+        StrCat("no running slice of job ", key.job_id(), " at epoch ", key.epoch()));
+  }
+  const int64_t grace = federation::ClampMs(req.grace_ms(), 0, 10 * 60 * 1000);
+  StopSliceLocked(&it->second, StrCat("halted: ", req.reason().substr(0, 512)), grace,
+                  /*keep_hold=*/true);
+  return v1::AbortResponse();
 }
 
 }  // namespace fedgate::gateway

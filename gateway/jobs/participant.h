@@ -93,6 +93,29 @@ class Participant {
   absl::StatusOr<v1::AbortResponse> Abort(const std::string& from, const v1::AbortRequest& req);
   absl::StatusOr<v1::SliceStatusResponse> Status(const std::string& from,
                                                  const v1::SliceStatusRequest& req);
+
+  // recovery: replace and checkpoints.
+  // The job's checkpoint folder here (FEDGATE_CHECKPOINT_DIR of its ranks).
+  std::string CheckpointDir(const std::string& job) const;
+  // Called (without locks) when a coordinator asks this site to copy a
+  // checkpoint step of a job to other sites.
+  void SetOnCheckpointAsk(
+      std::function<void(const std::string&, uint64_t, std::vector<std::string>)> fn) {
+    on_checkpoint_ask_ = std::move(fn);
+  }
+  // A job whose checkpoints this site copies: where they are, how many to
+  // keep, the other sites of its world, who owns the files.
+  struct CheckpointJob {
+    std::string job_id, dir;
+    uint32_t keep = 0;
+    std::vector<std::string> others;
+  };
+  std::vector<CheckpointJob> CheckpointJobs();
+  // May `from` send this site checkpoints of `job`? The job's folder when
+  // it may (a site of the world of a slice of the job held here).
+  absl::StatusOr<CheckpointJob> CheckpointReceiver(const std::string& from,
+                                                   const std::string& job);
+  const RankUser& rank_user() const { return runner_->user(); }
   // Reads the rank's log by offset with pread: at most 1 MiB per call.
   absl::StatusOr<v1::ReadLogResponse> ReadLog(const std::string& from,
                                               const v1::ReadLogRequest& req);
@@ -144,6 +167,14 @@ class Participant {
 
   // participant_restart.cc: what the previous run left.
   void CleanUpAfterRestart();
+  absl::Status StatusLocked(const std::string& from, const v1::SliceStatusRequest& req,
+                            v1::SliceStatusResponse* resp, bool* checkpoints)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Abort with keep_hold: stops the ranks, keeps the GPUs.
+  absl::StatusOr<v1::AbortResponse> Halt(const std::string& from, const v1::AbortRequest& req);
+  // participant_relaunch.cc: a commit of a higher restart to a parked slice.
+  absl::StatusOr<v1::CommitResponse> Relaunch(const std::string& from,
+                                              const v1::CommitRequest& req);
   void RestoreCordons();
   // Re-attaches to a slice stored before a restart; false when it cannot
   // (then its ranks are stopped).
@@ -161,7 +192,7 @@ class Participant {
   // order, node by node); INVALID_ARGUMENT unless the ranks fit exactly.
   static absl::StatusOr<std::vector<uint32_t>> MatchRanksToHold(const federation::Hold& held,
                                                                 const v1::CommitRequest& req);
-  absl::Status PrepareWorkDir(const std::string& job) const;
+  absl::Status PrepareWorkDir(const std::string& job, bool checkpoints) const;
   absl::StatusOr<LaunchPlan> CommitHoldLocked(const std::string& from, const v1::CommitRequest& req,
                                               std::string cgroup)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -169,7 +200,8 @@ class Participant {
       const LaunchPlan& plan, const v1::CommitRequest& req, int i) const;
   void LaunchRanks(const LaunchPlan& plan, const v1::CommitRequest& req, Slice* out,
                    v1::SliceRecord* rec);
-  void RecordSlice(const LaunchPlan& plan, const Slice& launched, const v1::SliceRecord& rec);
+  void RecordSlice(const LaunchPlan& plan, const Slice& launched, const v1::SliceRecord& rec,
+                   bool open_usage = true);
   void AttachLaunched(const v1::ReservationKey& key, Slice launched);
 
   // participant_sweep.cc
@@ -186,8 +218,10 @@ class Participant {
   v1::NodeView NodeLocked(const federation::Node& n) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const federation::Node* FindNodeLocked(const std::string& name) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void StopSliceLocked(Slice* s, const std::string& why, int64_t grace_ms = 0)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // keep_hold: the ranks stop but the GPUs stay held (recovery: replace);
+  // the slice parks once every rank exited.
+  void StopSliceLocked(Slice* s, const std::string& why, int64_t grace_ms = 0,
+                       bool keep_hold = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // For a guaranteed job that found too few free GPUs: stops the cheapest
   // preemptible slices covering what it lacks and keeps their GPUs for it.
   // The refusal to return (UNAVAILABLE "preempting ...", or the original).
@@ -238,6 +272,7 @@ class Participant {
   std::set<federation::QuotaLedger::Key> stored_quota_holds_ ABSL_GUARDED_BY(stored_mu_);
   std::map<SliceKey, Slice> slices_ ABSL_GUARDED_BY(mu_);
   std::function<void()> on_change_;
+  std::function<void(const std::string&, uint64_t, std::vector<std::string>)> on_checkpoint_ask_;
   std::function<void(const std::vector<federation::UsageRecord>&)> on_usage_;
   std::atomic<bool> stop_{false};
   bool detached_ ABSL_GUARDED_BY(mu_) = false;

@@ -54,8 +54,11 @@ class ParticipantClient final : public ParticipantCalls {
   // Largest reply accepted from a peer (ReadLog chunks stay well below it).
   static constexpr int kMaxReplyBytes = 16 << 20;
 
- private:
+  // The channel to a site's gateway (nullptr when it is not reachable for
+  // jobs); checkpoint copies share it.
   std::shared_ptr<v1::PeerService::Stub> Stub(const std::string& site);
+
+ private:
 
   GatewayCore* core_;
   Participant* local_;

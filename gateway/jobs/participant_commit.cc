@@ -19,21 +19,12 @@
 #include "federation/saturating.h"
 #include "gateway/jobs/crash_point.h"
 #include "gateway/jobs/participant.h"
+#include "gateway/jobs/launch_plan.h"
 #include "gateway/jobs/participant_limits.h"
 
 namespace fedgate::gateway {
 
 using namespace participant_limits;  // NOLINT: the bounds of this room
-
-// What a commit decided under the lock, for the ranks started after it.
-struct Participant::LaunchPlan {
-  federation::Hold hold;
-  std::vector<uint32_t> gpu_of;  // the GPU index of each rank of the request
-  Allocs reservation;            // the backend's, where it has one
-  std::map<std::string, std::string> node_addr, node_model;
-  std::string work, cgroup;
-  int64_t lease_ms = 0, started_at_ms = 0;
-};
 
 absl::Status Participant::CheckCommitRequest(const v1::CommitRequest& req) const {
   if (auto st = CheckJobId(req.key().job_id()); !st.ok()) return st;
@@ -88,6 +79,7 @@ absl::StatusOr<v1::CommitResponse> Participant::Commit(const std::string& from,
   const auto& key = req.key();
   std::optional<federation::QuotaHold> quota_row;  // durable before the answer
   bool duplicate = false;  // the slice runs already
+  bool relaunch = false;
   {
     std::lock_guard lock(mu_);
     if (auto st = ledger_.CheckOwner(key.job_id(), from); !st.ok()) return st;
@@ -101,8 +93,11 @@ absl::StatusOr<v1::CommitResponse> Participant::Commit(const std::string& from,
       return absl::NotFoundError(
           StrCat("no live quota hold of job ", key.job_id(), " at epoch ", key.epoch()));
     }
-    duplicate = slices_.contains({key.job_id(), key.epoch()});
-    if (req.ranks_size() > 0 && !duplicate) {
+    auto existing = slices_.find({key.job_id(), key.epoch()});
+    duplicate = existing != slices_.end();
+    if (duplicate && req.restart() > existing->second.restart && !req.park()) {
+      relaunch = true;  // the next world on the same GPUs
+    } else if (req.ranks_size() > 0 && !duplicate) {
       const federation::Hold* held = ledger_.Find(key.job_id(), key.epoch());
       if (held == nullptr || held->attempt != key.attempt()) {
         return absl::NotFoundError(
@@ -112,11 +107,12 @@ absl::StatusOr<v1::CommitResponse> Participant::Commit(const std::string& from,
     }
   }
   if (quota_row) PersistQuotaHold(*quota_row);
+  if (relaunch) return Relaunch(from, req);
   if (req.ranks_size() == 0 || duplicate) return v1::CommitResponse();
   // Who may read this job's logs once its slices are forgotten: a file
   // beside them, not a map in memory that would grow with every job.
   if (auto st = WriteLogOwner(key.job_id(), from); !st.ok()) return st;
-  if (auto st = PrepareWorkDir(key.job_id()); !st.ok()) return st;
+  if (auto st = PrepareWorkDir(key.job_id(), req.checkpoint_keep() > 0); !st.ok()) return st;
   std::string cgroup = CreateSliceCgroup(cgroups_, StrCat(key.job_id(), "-", key.epoch()),
                                          config_.executor.memory_limit, config_.executor.pids_limit);
   absl::StatusOr<LaunchPlan> plan;
@@ -131,24 +127,29 @@ absl::StatusOr<v1::CommitResponse> Participant::Commit(const std::string& from,
   }
   Slice launched;
   v1::SliceRecord rec;
-  LaunchRanks(*plan, req, &launched, &rec);
+  if (!req.park()) LaunchRanks(*plan, req, &launched, &rec);
   RecordSlice(*plan, launched, rec);
   AttachLaunched(key, std::move(launched));
   CrashPoint("participant-after-commit");
   return v1::CommitResponse();
 }
 
-absl::Status Participant::PrepareWorkDir(const std::string& job) const {
-  // The job's working directory, its ranks' HOME: theirs, outside data_dir.
-  const std::string work = WorkDir(job);
-  std::error_code ec;
-  std::filesystem::create_directories(work, ec);
-  std::filesystem::permissions(work, std::filesystem::perms::owner_all,
-                               std::filesystem::perm_options::replace, ec);
+absl::Status Participant::PrepareWorkDir(const std::string& job, bool checkpoints) const {
+  // The job's working directory, its ranks' HOME: theirs, outside data_dir;
+  // its checkpoint folder inside it (kept across restarts and attempts,
+  // removed with it under retention).
+  std::vector<std::string> dirs = {WorkDir(job)};
+  if (checkpoints) dirs.push_back(CheckpointDir(job));
   const RankUser& user = runner_->user();
-  if (user.switch_user && ::chown(work.c_str(), user.uid, user.gid) != 0) {
-    return absl::InternalError(
-        StrCat("cannot hand ", work, " to ", user.name, ": ", std::strerror(errno)));
+  for (const auto& dir : dirs) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    std::filesystem::permissions(dir, std::filesystem::perms::owner_all,
+                                 std::filesystem::perm_options::replace, ec);
+    if (user.switch_user && ::chown(dir.c_str(), user.uid, user.gid) != 0) {
+      return absl::InternalError(
+          StrCat("cannot hand ", dir, " to ", user.name, ": ", std::strerror(errno)));
+    }
   }
   return absl::OkStatus();
 }
@@ -187,7 +188,13 @@ absl::StatusOr<Participant::LaunchPlan> Participant::CommitHoldLocked(const std:
   plan.lease_ms = federation::ClampMs(req.lease_ms(), kMinLeaseMs, kMaxLeaseMs);
   Slice s;
   s.key = key;
-  s.launching = true;
+  s.launching = !req.park();
+  s.parked = req.park();
+  if (req.park()) s.state = SliceState::HELD;
+  s.restart = req.restart();
+  s.keep_hold = req.keep_hold();
+  s.checkpoint_keep = req.checkpoint_keep();
+  s.world_sites.assign(req.world_sites().begin(), req.world_sites().end());
   s.preemptible = req.preemptible();
   s.started_at_ms = plan.started_at_ms;
   for (const auto& g : hold->gpus) s.gpus_by_node[g.node] += g.indices.size();
@@ -216,6 +223,10 @@ std::vector<std::pair<std::string, std::string>> Participant::RankEnvironment(
   env.emplace_back("FEDGATE_ATTEMPT", std::to_string(key.attempt()));
   auto addr = plan.node_addr.find(r.node());
   env.emplace_back("FEDGATE_NODE_ADDR", addr == plan.node_addr.end() ? "" : addr->second);
+  env.emplace_back("FEDGATE_RESTART", std::to_string(req.restart()));
+  if (req.checkpoint_keep() > 0) {
+    env.emplace_back("FEDGATE_CHECKPOINT_DIR", CheckpointDir(key.job_id()));
+  }
   // Written with the deadline (Unix seconds) before a preemption's SIGTERM,
   // where the rank can read it (data_dir is not readable to ranks).
   env.emplace_back("FEDGATE_PREEMPT_FILE",
@@ -247,7 +258,10 @@ void Participant::LaunchRanks(const LaunchPlan& plan, const v1::CommitRequest& r
     const std::string log = LogPath(key.job_id(), key.attempt(), r.rank());
     RankProc p;
     p.rank = r.rank();
-    p.exit_file = log.substr(0, log.size() - 4) + ".exit";
+    // One exit file per world: a restarted rank must not read its
+    // predecessor's code.
+    p.exit_file = StrCat(log.substr(0, log.size() - 4),
+                         req.restart() > 0 ? StrCat("-r", req.restart()) : "", ".exit");
     auto argv = backend_->RankCommand(plan.reservation, r.node(),
                                       StrCat("fedgate-", key.job_id(), "-rank-", r.rank()),
                                       {req.command().begin(), req.command().end()}, &env);
@@ -280,7 +294,7 @@ void Participant::LaunchRanks(const LaunchPlan& plan, const v1::CommitRequest& r
 }
 
 void Participant::RecordSlice(const LaunchPlan& plan, const Slice& launched,
-                              const v1::SliceRecord& rec) {
+                              const v1::SliceRecord& rec, bool open_usage) {
   if (store_ == nullptr) return;
   const federation::Hold& hold = plan.hold;
   std::string procs;
@@ -293,6 +307,8 @@ void Participant::RecordSlice(const LaunchPlan& plan, const Slice& launched,
       !st.ok()) {
     spdlog::error("cannot record the ranks of job {}: {}", hold.job_id, std::string(st.message()));
   }
+  // A restarted world runs on GPUs whose usage is open since the first.
+  if (!open_usage) return;
   // Metering: one open record per node, durable before the commit answers.
   std::vector<federation::UsageRecord> usage;
   for (const auto& g : hold.gpus) {

@@ -61,6 +61,11 @@ void Participant::Sweep() {
 
 void Participant::SweepSliceLocked(Slice* s, int64_t now, SweepOutcome* out) {
   if (s->launching || s->released) return;
+  if (s->parked) {
+    // GPUs held for the job's next world: kept while the lease is renewed.
+    if (now <= s->lease_deadline_ms) return;
+    StopSliceLocked(s, "lease expired while waiting for the next world");
+  }
   const std::string& job = s->key.job_id();
   bool all_exited = true, any_failed = false;
   for (auto& r : s->ranks) {
@@ -75,7 +80,7 @@ void Participant::SweepSliceLocked(Slice* s, int64_t now, SweepOutcome* out) {
     any_failed = any_failed || (r.exited && r.code != 0);
   }
   if (s->state == SliceState::RUNNING && any_failed && !s->stopping) {
-    StopSliceLocked(s, "a rank failed");
+    StopSliceLocked(s, "a rank failed", 0, s->keep_hold);
   }
   if (s->state == SliceState::RUNNING && !s->stopping && now > s->lease_deadline_ms) {
     // The coordinator went silent past the lease: stop and free the GPUs.
@@ -91,6 +96,16 @@ void Participant::SweepSliceLocked(Slice* s, int64_t now, SweepOutcome* out) {
     s->state = any_failed ? SliceState::FAILED : SliceState::SUCCEEDED;
   }
   if (!all_exited) return;
+  if (s->stopping && s->keep_after_stop) {
+    // recovery: replace: the world restarts on these GPUs, or the slice
+    // ends with an abort or its lease.
+    s->stopping = false;
+    s->keep_after_stop = false;
+    s->parked = true;
+    spdlog::info("job {}: ranks of world {} ended here; GPUs held for the next world", job,
+                 s->restart);
+    return;
+  }
   // The GPUs are free only once every rank of the slice has exited.
   ledger_.Release(job, s->key.epoch());
   const std::string why = s->stopping                         ? s->message

@@ -46,6 +46,16 @@ struct Slice {
   bool released = false;    // every rank exited and the hold's GPUs are free
   bool reported = false;    // ... and its coordinator has asked since
   int64_t ended_at_ms = 0;  // when released; finished slices are pruned later
+  // recovery: replace. The world (FEDGATE_RESTART) its ranks belong to; the
+  // hold outlives ranks that fail or are halted for a world restart
+  // (keep_hold), and a stop that keeps it parks the slice (no rank runs,
+  // GPUs held, lease renewed) until the next world's commit or an abort.
+  uint32_t restart = 0;
+  bool keep_hold = false;
+  bool keep_after_stop = false;
+  bool parked = false;
+  uint32_t checkpoint_keep = 0;  // 0: the job's checkpoints are not copied
+  std::vector<std::string> world_sites;
   // A finished slice only answers status calls (state, message, exit
   // codes): what ran, stopped or preempted its ranks goes, so that the
   // window of finished slices stays small.

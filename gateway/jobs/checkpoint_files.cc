@@ -1,0 +1,143 @@
+#include "gateway/jobs/checkpoint_files.h"
+
+#include <openssl/evp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "base/str_cat.h"
+
+namespace fedgate::gateway {
+
+namespace fs = std::filesystem;
+
+std::optional<uint64_t> ParseStepName(const std::string& name) {
+  constexpr std::string_view kPrefix = "step-";
+  if (name.size() <= kPrefix.size() || name.compare(0, kPrefix.size(), kPrefix) != 0) {
+    return std::nullopt;
+  }
+  const std::string digits = name.substr(kPrefix.size());
+  if (digits.size() > 19) return std::nullopt;
+  uint64_t n = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return std::nullopt;
+    n = n * 10 + static_cast<uint64_t>(c - '0');
+  }
+  return n;
+}
+
+std::string StepName(uint64_t step) { return StrCat("step-", step); }
+
+std::vector<uint64_t> ListCheckpointSteps(const std::string& dir,
+                                          std::vector<std::string>* malformed) {
+  std::vector<uint64_t> steps;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (auto n = ParseStepName(name)) {
+      steps.push_back(*n);
+    } else if (malformed != nullptr && name.rfind("step-", 0) == 0) {
+      malformed->push_back(name);
+    }
+  }
+  std::sort(steps.begin(), steps.end());
+  steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
+  return steps;
+}
+
+absl::StatusOr<std::string> Sha256File(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(StrCat("cannot read ", path));
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr);
+  std::vector<char> buf(1 << 20);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    if (in.gcount() > 0) EVP_DigestUpdate(ctx.get(), buf.data(), static_cast<size_t>(in.gcount()));
+  }
+  if (in.bad()) return absl::DataLossError(StrCat("read error in ", path));
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(ctx.get(), md, &len);
+  static const char* kHex = "0123456789abcdef";
+  std::string hex;
+  for (unsigned int i = 0; i < len; ++i) {
+    hex += kHex[md[i] >> 4];
+    hex += kHex[md[i] & 15];
+  }
+  return hex;
+}
+
+absl::StatusOr<std::vector<v1::CheckpointFile>> CheckpointManifest(const std::string& step_path) {
+  std::error_code ec;
+  const auto st = fs::symlink_status(step_path, ec);
+  if (ec || !fs::exists(st)) return absl::NotFoundError(StrCat(step_path, " is gone"));
+  std::vector<std::pair<std::string, std::string>> files;  // relative, absolute
+  if (fs::is_regular_file(st)) {
+    files.emplace_back("", step_path);
+  } else if (fs::is_directory(st)) {
+    for (fs::recursive_directory_iterator it(step_path, ec), end; !ec && it != end;
+         it.increment(ec)) {
+      if (it->is_symlink() || !it->is_regular_file()) continue;  // links are not followed
+      files.emplace_back(fs::relative(it->path(), step_path).string(), it->path().string());
+    }
+    if (ec) return absl::NotFoundError(StrCat("cannot list ", step_path, ": ", ec.message()));
+    std::sort(files.begin(), files.end());
+  } else {
+    return absl::InvalidArgumentError(StrCat(step_path, " is neither a file nor a folder"));
+  }
+  std::vector<v1::CheckpointFile> out;
+  for (const auto& [rel, abs] : files) {
+    v1::CheckpointFile f;
+    f.set_path(rel);
+    const auto size = fs::file_size(abs, ec);
+    if (ec) return absl::NotFoundError(StrCat(abs, " is gone"));
+    f.set_size_bytes(size);
+    auto sha = Sha256File(abs);
+    if (!sha.ok()) return sha.status();
+    f.set_sha256(*sha);
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+bool SafeRelativePath(const std::string& path) {
+  if (path.empty()) return true;  // the checkpoint is the file itself
+  if (path.size() > 1024 || path.front() == '/' || path.find('\0') != std::string::npos) {
+    return false;
+  }
+  size_t start = 0;
+  while (start <= path.size()) {
+    const size_t end = std::min(path.find('/', start), path.size());
+    const std::string part = path.substr(start, end - start);
+    if (part.empty() || part == "." || part == "..") return false;
+    start = end + 1;
+  }
+  return true;
+}
+
+std::vector<uint64_t> PruneCheckpoints(const std::string& dir, uint32_t keep) {
+  auto steps = ListCheckpointSteps(dir);
+  std::vector<uint64_t> removed;
+  if (keep == 0 || steps.size() <= keep) return removed;
+  for (size_t i = 0; i + keep < steps.size(); ++i) {
+    std::error_code ec;
+    fs::remove_all(fs::path(dir) / StepName(steps[i]), ec);
+    if (!ec) removed.push_back(steps[i]);
+  }
+  return removed;
+}
+
+void ChownTree(const std::string& path, uid_t uid, gid_t gid) {
+  (void)::lchown(path.c_str(), uid, gid);
+  std::error_code ec;
+  if (!fs::is_directory(fs::symlink_status(path, ec))) return;
+  for (fs::recursive_directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
+    (void)::lchown(it->path().c_str(), uid, gid);
+  }
+}
+
+}  // namespace fedgate::gateway

@@ -1,0 +1,47 @@
+// A job's checkpoints on disk: `step-<N>` files or folders that ranks rename
+// into FEDGATE_CHECKPOINT_DIR (so one is complete when it appears). Names
+// are read, never trusted: other names are the trainer's own and are left
+// alone; the gateway's own temporary names start with ".fedgate-".
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "fedgate/v1/federation.pb.h"
+
+namespace fedgate::gateway {
+
+// N of "step-<N>" (digits only, no sign, no leading '+', at most 19 digits);
+// nullopt for any other name.
+std::optional<uint64_t> ParseStepName(const std::string& name);
+std::string StepName(uint64_t step);
+
+// The complete checkpoints in `dir`, ascending. Names that start with
+// "step-" but are not a number go to `malformed` (when given).
+std::vector<uint64_t> ListCheckpointSteps(const std::string& dir,
+                                          std::vector<std::string>* malformed = nullptr);
+
+// Every regular file of a checkpoint (the step itself when it is a file:
+// one entry with path ""), in a stable order, with size and SHA-256.
+absl::StatusOr<std::vector<v1::CheckpointFile>> CheckpointManifest(const std::string& step_path);
+
+// SHA-256 of a file, hex.
+absl::StatusOr<std::string> Sha256File(const std::string& path);
+
+// A path inside a checkpoint that names no parent, root or hidden trick:
+// relative, no "." or ".." parts, no empty parts, at most 1024 bytes.
+bool SafeRelativePath(const std::string& path);
+
+// Removes all but the newest `keep` steps; returns what it removed.
+std::vector<uint64_t> PruneCheckpoints(const std::string& dir, uint32_t keep);
+
+// Hands a file tree to the ranks' user (chown -R), where the gateway
+// switches users.
+void ChownTree(const std::string& path, uid_t uid, gid_t gid);
+
+}  // namespace fedgate::gateway

@@ -1,0 +1,430 @@
+#include "gateway/jobs/checkpoint_sync.h"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+
+#include "base/str_cat.h"
+#include "gateway/jobs/checkpoint_files.h"
+#include "gateway/ops/metrics.h"
+
+namespace fedgate::gateway {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr size_t kChunkBytes = 1 << 20;
+constexpr int64_t kPassMs = 500;
+constexpr int64_t kRetryMs = 5000;
+constexpr int64_t kProgressTimeoutMs = 3000;
+// The staged file of a checkpoint that is one file (path "").
+constexpr const char* kSingleFile = ".fedgate-file";
+
+int64_t SteadyMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string StagingName(uint64_t step) { return StrCat(".fedgate-in-", step); }
+
+std::string StagedPath(const std::string& staging, const std::string& rel) {
+  return rel.empty() ? StrCat(staging, "/", kSingleFile) : StrCat(staging, "/", rel);
+}
+
+absl::Status FromGrpc(const grpc::Status& st) {
+  if (st.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(st.error_code()), st.error_message());
+}
+
+}  // namespace
+
+CheckpointSync::CheckpointSync(std::string site, Participant* participant, StubFor stubs,
+                               Metrics* metrics)
+    : site_(std::move(site)), participant_(participant), stubs_(std::move(stubs)), metrics_(metrics) {}
+
+CheckpointSync::~CheckpointSync() { Stop(); }
+
+void CheckpointSync::DescribeMetrics(Metrics* m) {
+  m->Describe("fedgate_checkpoint_bytes_total", "counter",
+              "Checkpoint bytes copied between sites, by direction (sent, received).");
+  m->Describe("fedgate_checkpoint_copies_total", "counter",
+              "Checkpoint copies that ended, by direction and result (ok, present, failed).");
+  m->Describe("fedgate_checkpoint_copy_seconds", "histogram",
+              "Duration of one checkpoint copy to one site, sender side.",
+              {0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800});
+  m->Describe("fedgate_checkpoint_errors_total", "counter",
+              "Checkpoint problems, by reason (malformed_name, source_removed, digest_mismatch, "
+              "not_a_member, bad_path, bad_offset, io, send).");
+}
+
+void CheckpointSync::Count(const char* name, const std::string& reason, double by) {
+  if (metrics_ == nullptr) return;
+  if (std::string(name) == "fedgate_checkpoint_bytes_total") {
+    metrics_->Inc(name, {{"direction", reason}}, by);
+  } else {
+    metrics_->Inc(name, {{"reason", reason}}, by);
+  }
+}
+
+void CheckpointSync::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void CheckpointSync::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (auto* ctx = active_.load()) ctx->TryCancel();
+  if (thread_.joinable()) thread_.join();
+}
+
+void CheckpointSync::Ask(const std::string& job, uint64_t step, std::vector<std::string> to) {
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& a : asks_) {
+      if (a.job == job && a.step == step && a.to == to) return;  // asked every renewal
+    }
+    asks_.push_back({job, step, std::move(to)});
+  }
+  cv_.notify_all();
+}
+
+void CheckpointSync::Loop() {
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(kPassMs), [&] { return stop_ || !asks_.empty(); });
+      if (stop_) return;
+    }
+    Pass();
+  }
+}
+
+void CheckpointSync::Pass() {
+  // A coordinator's asks first: a replacement slice waits for them.
+  std::deque<Ask_> asks;
+  {
+    std::lock_guard lock(mu_);
+    asks.swap(asks_);
+  }
+  const auto jobs = participant_->CheckpointJobs();
+  std::map<std::string, std::string> dirs;
+  for (const auto& j : jobs) dirs[j.job_id] = j.dir;
+  for (const auto& a : asks) {
+    auto d = dirs.find(a.job);
+    if (d == dirs.end()) continue;
+    for (const auto& to : a.to) {
+      if (sent_[{a.job, to}] >= a.step) continue;
+      if (Push(a.job, d->second, a.step, to).ok()) sent_[{a.job, to}] = a.step;
+    }
+  }
+  // Then every new newest step to every other site of its world.
+  for (const auto& j : jobs) {
+    std::vector<std::string> malformed;
+    auto steps = ListCheckpointSteps(j.dir, &malformed);
+    for (const auto& name : malformed) {
+      if (!warned_.insert(StrCat(j.job_id, "/", name)).second) continue;
+      spdlog::warn("job {}: checkpoint \"{}\" ignored: step-<N> needs a number", j.job_id, name);
+      Count("fedgate_checkpoint_errors_total", "malformed_name");
+    }
+    if (steps.size() > j.keep) {
+      for (uint64_t gone : PruneCheckpoints(j.dir, j.keep)) {
+        spdlog::info("job {}: checkpoint step-{} removed (keep {})", j.job_id, gone, j.keep);
+      }
+      steps = ListCheckpointSteps(j.dir);
+    }
+    if (steps.empty()) continue;
+    const uint64_t newest = steps.back();
+    for (const auto& to : j.others) {
+      uint64_t& have = sent_[{j.job_id, to}];
+      if (have >= newest) continue;
+      auto retry = retry_at_ms_.find(to);
+      if (retry != retry_at_ms_.end() && SteadyMs() < retry->second) continue;
+      auto st = Push(j.job_id, j.dir, newest, to);
+      if (st.ok()) {
+        have = newest;
+        retry_at_ms_.erase(to);
+      } else {
+        retry_at_ms_[to] = SteadyMs() + kRetryMs;
+      }
+    }
+  }
+  std::erase_if(sent_, [&](const auto& e) { return !dirs.contains(e.first.first); });
+}
+
+absl::Status CheckpointSync::Push(const std::string& job, const std::string& dir, uint64_t step,
+                                  const std::string& to) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto fail = [&](absl::Status st, const char* reason) {
+    spdlog::warn("job {}: checkpoint step-{} not copied to {}: {}", job, step, to,
+                 std::string(st.message()));
+    Count("fedgate_checkpoint_errors_total", reason);
+    if (metrics_ != nullptr) {
+      metrics_->Inc("fedgate_checkpoint_copies_total", {{"direction", "sent"}, {"result", "failed"}});
+    }
+    return st;
+  };
+  const std::string step_path = StrCat(dir, "/", StepName(step));
+  auto manifest = CheckpointManifest(step_path);
+  if (!manifest.ok()) return fail(manifest.status(), "source_removed");
+  auto stub = stubs_(to);
+  if (stub == nullptr) return fail(absl::UnavailableError(StrCat(to, " is not reachable")), "send");
+  v1::CheckpointProgressRequest ask;
+  ask.set_site(site_);
+  ask.set_job_id(job);
+  ask.set_step(step);
+  v1::CheckpointProgressResponse have;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(kProgressTimeoutMs));
+    if (auto st = FromGrpc(stub->CheckpointProgress(&ctx, ask, &have)); !st.ok()) {
+      return fail(st, "send");
+    }
+  }
+  if (!have.present()) {
+    if (auto st = PushFiles(stub.get(), job, step_path, step, *manifest, have); !st.ok()) {
+      return fail(st, absl::IsNotFound(st) ? "source_removed" : "send");
+    }
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (metrics_ != nullptr) {
+    metrics_->Observe("fedgate_checkpoint_copy_seconds", {}, secs);
+    metrics_->Inc("fedgate_checkpoint_copies_total",
+                  {{"direction", "sent"}, {"result", have.present() ? "present" : "ok"}});
+  }
+  spdlog::info("job {}: checkpoint step-{} {} {} in {:.2f} s", job, step,
+               have.present() ? "already at" : "copied to", to, secs);
+  return absl::OkStatus();
+}
+
+absl::Status CheckpointSync::PushFiles(v1::PeerService::Stub* stub, const std::string& job,
+                                       const std::string& step_path, uint64_t step,
+                                       const std::vector<v1::CheckpointFile>& manifest,
+                                       const v1::CheckpointProgressResponse& have) {
+  grpc::ClientContext ctx;
+  active_ = &ctx;
+  struct Clear {
+    std::atomic<grpc::ClientContext*>* a;
+    ~Clear() { *a = nullptr; }
+  } clear{&active_};
+  {
+    std::lock_guard lock(mu_);
+    if (stop_) return absl::CancelledError("stopping");
+  }
+  v1::PushCheckpointResponse resp;
+  auto writer = stub->PushCheckpoint(&ctx, &resp);
+  v1::CheckpointChunk head;
+  head.set_site(site_);
+  head.set_job_id(job);
+  head.set_step(step);
+  bool ok = writer->Write(head);
+  std::vector<char> buf(kChunkBytes);
+  for (const auto& f : manifest) {
+    if (!ok) break;
+    const std::string src = f.path().empty() ? step_path : StrCat(step_path, "/", f.path());
+    uint64_t offset = 0;
+    if (auto it = have.received_bytes().find(f.path()); it != have.received_bytes().end()) {
+      offset = it->second <= f.size_bytes() ? it->second : 0;
+    }
+    std::ifstream in(src, std::ios::binary);
+    if (!in) {
+      ctx.TryCancel();
+      return absl::NotFoundError(StrCat(src, " was removed while it was copied"));
+    }
+    in.seekg(static_cast<std::streamoff>(offset));
+    while (ok && offset < f.size_bytes()) {
+      const size_t want = std::min<uint64_t>(buf.size(), f.size_bytes() - offset);
+      in.read(buf.data(), static_cast<std::streamsize>(want));
+      if (static_cast<size_t>(in.gcount()) != want) {
+        ctx.TryCancel();
+        return absl::NotFoundError(StrCat(src, " shrank or vanished while it was copied"));
+      }
+      v1::CheckpointChunk c;
+      c.set_path(f.path());
+      c.set_offset(offset);
+      c.set_data(buf.data(), want);
+      ok = writer->Write(c);
+      offset += want;
+      Count("fedgate_checkpoint_bytes_total", "sent", static_cast<double>(want));
+    }
+  }
+  if (ok) {
+    v1::CheckpointChunk last;
+    *last.mutable_manifest() = {manifest.begin(), manifest.end()};
+    last.set_last(true);
+    ok = writer->Write(last);
+  }
+  if (ok) writer->WritesDone();
+  return FromGrpc(writer->Finish());
+}
+
+bool CheckpointSync::ClaimIncoming(const std::string& key) {
+  std::lock_guard lock(mu_);
+  return incoming_.insert(key).second;
+}
+
+void CheckpointSync::ReleaseIncoming(const std::string& key) {
+  std::lock_guard lock(mu_);
+  incoming_.erase(key);
+}
+
+absl::StatusOr<v1::CheckpointProgressResponse> CheckpointSync::Progress(
+    const std::string& from, const v1::CheckpointProgressRequest& req) {
+  auto j = participant_->CheckpointReceiver(from, req.job_id());
+  if (!j.ok()) {
+    Count("fedgate_checkpoint_errors_total", "not_a_member");
+    spdlog::warn("checkpoint progress asked by {}: {}", from, std::string(j.status().message()));
+    return j.status();
+  }
+  v1::CheckpointProgressResponse resp;
+  std::error_code ec;
+  if (fs::exists(StrCat(j->dir, "/", StepName(req.step())), ec)) {
+    resp.set_present(true);
+    return resp;
+  }
+  const std::string staging = StrCat(j->dir, "/", StagingName(req.step()));
+  for (fs::recursive_directory_iterator it(staging, ec), end; !ec && it != end; it.increment(ec)) {
+    if (!it->is_regular_file()) continue;
+    std::string rel = fs::relative(it->path(), staging).string();
+    if (rel == kSingleFile) rel.clear();
+    (*resp.mutable_received_bytes())[rel] = it->file_size();
+  }
+  return resp;
+}
+
+CheckpointSync::Incoming::~Incoming() {
+  if (claimed_) owner_->ReleaseIncoming(StrCat(job_, "/", step_));
+  // A copy that broke off leaves its staging for the sender to resume.
+}
+
+absl::Status CheckpointSync::Incoming::Fail(absl::Status st, const char* reason) {
+  spdlog::warn("checkpoint from {} (job {}, step-{}) refused: {}", from_, job_, step_,
+               std::string(st.message()));
+  owner_->Count("fedgate_checkpoint_errors_total", reason);
+  return st;
+}
+
+absl::Status CheckpointSync::Incoming::Begin(const v1::CheckpointChunk& first) {
+  begun_ = true;
+  job_ = first.job_id();
+  step_ = first.step();
+  if (first.site() != from_) {
+    return Fail(absl::InvalidArgumentError(StrCat("chunk names site \"", first.site(),
+                                                  "\" but the certificate is of ", from_)),
+                "not_a_member");
+  }
+  auto j = owner_->participant_->CheckpointReceiver(from_, job_);
+  if (!j.ok()) return Fail(j.status(), "not_a_member");
+  dir_ = j->dir;
+  if (!owner_->ClaimIncoming(StrCat(job_, "/", step_))) {
+    return Fail(absl::AbortedError("the same step is being received from another copy"), "io");
+  }
+  claimed_ = true;
+  std::error_code ec;
+  if (fs::exists(StrCat(dir_, "/", StepName(step_)), ec)) {
+    present_ = true;
+    return absl::OkStatus();
+  }
+  staging_ = StrCat(dir_, "/", StagingName(step_));
+  fs::create_directories(staging_, ec);
+  ::chmod(staging_.c_str(), 0700);
+  if (ec) return Fail(absl::InternalError(StrCat("cannot create ", staging_, ": ", ec.message())), "io");
+  return absl::OkStatus();
+}
+
+absl::Status CheckpointSync::Incoming::Add(const v1::CheckpointChunk& c) {
+  if (!begun_) return Begin(c);
+  if (last_) return Fail(absl::InvalidArgumentError("data after the last chunk"), "bad_path");
+  if (c.last()) {
+    last_ = true;
+    manifest_.assign(c.manifest().begin(), c.manifest().end());
+    return absl::OkStatus();
+  }
+  if (present_) return absl::OkStatus();  // nothing to write: the step is here
+  if (!SafeRelativePath(c.path()) || c.path() == kSingleFile) {
+    return Fail(absl::InvalidArgumentError(StrCat("unsafe path \"", c.path().substr(0, 128), "\"")),
+                "bad_path");
+  }
+  const std::string path = StagedPath(staging_, c.path());
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return Fail(absl::InternalError(StrCat("cannot write ", path)), "io");
+  struct stat st {};
+  ::fstat(fd, &st);
+  if (static_cast<uint64_t>(st.st_size) != c.offset()) {
+    ::close(fd);
+    return Fail(absl::FailedPreconditionError(StrCat("chunk at offset ", c.offset(), " of \"",
+                                                     c.path(), "\" but ", st.st_size,
+                                                     " bytes are here")),
+                "bad_offset");
+  }
+  const ssize_t n = ::pwrite(fd, c.data().data(), c.data().size(), static_cast<off_t>(c.offset()));
+  ::close(fd);
+  if (n != static_cast<ssize_t>(c.data().size())) {
+    return Fail(absl::InternalError(StrCat("short write to ", path)), "io");
+  }
+  bytes_ += c.data().size();
+  owner_->Count("fedgate_checkpoint_bytes_total", "received", static_cast<double>(n));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::PushCheckpointResponse> CheckpointSync::Incoming::Finish() {
+  if (!begun_ || !last_) {
+    return Fail(absl::InvalidArgumentError("the copy ended without its manifest"), "io");
+  }
+  Metrics* m = owner_->metrics_;
+  if (present_) {
+    resp_.set_already_present(true);
+    if (m != nullptr) m->Inc("fedgate_checkpoint_copies_total", {{"direction", "received"}, {"result", "present"}});
+    return resp_;
+  }
+  const bool single = manifest_.size() == 1 && manifest_[0].path().empty();
+  std::set<std::string> listed;
+  for (const auto& f : manifest_) {
+    if (!SafeRelativePath(f.path()) || (f.path().empty() && !single)) {
+      return Fail(absl::InvalidArgumentError("unsafe path in the manifest"), "bad_path");
+    }
+    const std::string path = StagedPath(staging_, f.path());
+    listed.insert(path);
+    std::error_code ec;
+    const auto size = fs::file_size(path, ec);
+    auto sha = ec ? absl::StatusOr<std::string>(absl::NotFoundError("missing")) : Sha256File(path);
+    if (ec || size != f.size_bytes() || !sha.ok() || *sha != f.sha256()) {
+      // Nothing half-copied becomes visible: the staging goes, the sender
+      // starts over.
+      fs::remove_all(staging_, ec);
+      return Fail(absl::DataLossError(StrCat("digest mismatch in \"", f.path(), "\" of step-",
+                                             step_, ": the copy was discarded")),
+                  "digest_mismatch");
+    }
+  }
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(staging_, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->is_regular_file() && !listed.contains(it->path().string())) {
+      return Fail(absl::InvalidArgumentError("a file the manifest does not list"), "bad_path");
+    }
+  }
+  const RankUser& user = owner_->participant_->rank_user();
+  if (user.switch_user) ChownTree(staging_, user.uid, user.gid);
+  const std::string target = StrCat(dir_, "/", StepName(step_));
+  const std::string from = single ? StagedPath(staging_, "") : staging_;
+  if (::rename(from.c_str(), target.c_str()) != 0) {
+    fs::remove_all(staging_, ec);
+    return Fail(absl::InternalError(StrCat("cannot publish ", target)), "io");
+  }
+  if (single) fs::remove_all(staging_, ec);
+  if (m != nullptr) m->Inc("fedgate_checkpoint_copies_total", {{"direction", "received"}, {"result", "ok"}});
+  spdlog::info("job {}: checkpoint step-{} received from {} ({} bytes)", job_, step_, from_, bytes_);
+  return resp_;
+}
+
+}  // namespace fedgate::gateway

@@ -1,0 +1,280 @@
+// recovery: replace. A lost slice costs one slice, not the job: the other
+// slices keep their GPUs (their ranks are halted, the holds stay), the lost
+// one is reserved again elsewhere with the two-phase reservation (committed
+// parked, no rank yet), every site of the new world receives the newest
+// checkpoint, and then every rank starts again as world restart + 1. The
+// verdict on each renewal pass is pure (federation/world_restart); the
+// renewal thread acts on it, the placement thread reserves and relaunches.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "base/str_cat.h"
+#include "federation/round_verdict.h"
+#include "federation/world_restart.h"
+#include "gateway/jobs/coordinator.h"
+#include "gateway/jobs/coordinator_key.h"
+#include "gateway/jobs/fan_out.h"
+#include "gateway/jobs/participant_calls.h"
+
+namespace fedgate::gateway {
+namespace {
+
+constexpr int64_t kHoldTtlMs = 30000;
+
+}  // namespace
+
+using federation::JobState;
+using federation::WorldVerdict;
+using Stage = v1::Replacement;
+
+void Coordinator::JudgeReplace(JobRecord job, v1::RunPlan run,
+                               const std::vector<absl::StatusOr<v1::SliceStatusResponse>>& answers,
+                               int64_t now) {
+  std::map<std::pair<std::string, std::string>, double> links;
+  bool links_read = false;
+  auto gbps = [&](const std::string& from, const std::string& to) {
+    if (!links_read) {
+      const v1::ListLinksResponse all = core_->ListLinks();
+      for (const auto& l : all.links()) links[{l.from(), l.to()}] = l.gbps();
+      links_read = true;
+    }
+    auto it = links.find({from, to});
+    return it == links.end() ? 0.0 : it->second;
+  };
+  const uint32_t restart_before = run.restart();
+  const bool was_replacing = run.has_replacing();
+  const WorldVerdict v = federation::JudgeWorld(job.spec, now, lease_ms_,
+                                                core_->config().jobs.replace_timeout_ms, answers,
+                                                &last_ok_[job.id], gbps, &run);
+  copy_asks_[job.id] = v.copy_to;
+  switch (v.kind) {
+    case WorldVerdict::kSucceeded:
+      Succeeded(job, run, v.reason, now);
+      return;
+    case WorldVerdict::kPreempted:
+      Preempted(job, run, v.preempted_at, v.preempted_by);
+      return;
+    case WorldVerdict::kFallBack:
+      spdlog::warn("job {}: falling back to a new attempt: {}", job.id, v.reason);
+      Fail(job, run, v.reason, v.bad_site);
+      return;
+    case WorldVerdict::kRunning:
+      break;
+  }
+  if (!v.recommit.empty()) {
+    if (auto c = CommitAll(job, run, v.recommit, QuotaCommit::kNone); !c.ok()) {
+      spdlog::warn("job {}: re-sending commits: {}", job.id, std::string(c.message()));
+    }
+  }
+  if (v.changed || (!v.status.empty() && v.status != job.reason)) {
+    if (!was_replacing && run.has_replacing()) {
+      spdlog::warn("job {}: world {} lost a slice: {}", job.id, restart_before, run.replacing().why());
+    }
+    job.run = run.SerializeAsString();
+    job.reason = v.status.empty() ? job.reason : v.status;
+    job.updated_at_unix_ms = now;
+    if (!Save(&job)) return;  // cancelled meanwhile: its cancel stops every rank
+  }
+  if (!v.halt.empty()) Halt(job, run, v.halt);
+}
+
+void Coordinator::Halt(const JobRecord& job, const v1::RunPlan& run, const std::vector<int>& which) {
+  for (int i : which) {
+    const std::string site = run.sites(i).site();
+    v1::AbortRequest a;
+    *a.mutable_key() = Key(job, federation::SiteEpoch(run, i));
+    a.set_reason(StrCat("world ", run.restart(), " restarts: ", run.replacing().why()));
+    a.set_keep_hold(true);
+    participants_->Abort(site, std::move(a), rpc_timeout_ms(),
+                         [id = job.id, site](absl::StatusOr<v1::AbortResponse> r) {
+                           if (!r.ok()) {
+                             spdlog::info("job {}: halting the ranks at {}: {} (asked again next "
+                                          "renewal)",
+                                          id, site, std::string(r.status().message()));
+                           }
+                         });
+  }
+}
+
+void Coordinator::DriveReplacement(JobRecord job, const std::vector<std::string>& unreachable) {
+  v1::RunPlan run;
+  if (!run.ParseFromString(job.run) || !run.has_replacing()) return;
+  if (run.replacing().stage() == Stage::RELAUNCH) {
+    RelaunchWorld(std::move(job), std::move(run));
+    return;
+  }
+  for (const auto& lost : std::vector<std::string>(run.replacing().lost_sites().begin(),
+                                                   run.replacing().lost_sites().end())) {
+    if (run.replacing().replaced_by().contains(lost)) continue;
+    int idx = -1;
+    for (int i = 0; i < run.sites_size(); ++i) {
+      if (run.sites(i).site() == lost) idx = i;
+    }
+    if (idx < 0) continue;
+    if (!ReplaceSlice(&job, &run, idx, unreachable)) return;
+  }
+  run.mutable_replacing()->clear_lost_sites();
+  run.mutable_replacing()->set_stage(job.spec.has_checkpoint() ? Stage::CHECKPOINT
+                                                               : Stage::RELAUNCH);
+  job.run = run.SerializeAsString();
+  job.reason = federation::ReplacingStatus(run);
+  job.updated_at_unix_ms = core_->clock()->NowMs();
+  Save(&job);
+}
+
+bool Coordinator::ReplaceSlice(JobRecord* job, v1::RunPlan* run, int idx,
+                               const std::vector<std::string>& unreachable) {
+  const v1::SiteRun old = run->sites(idx);
+  const std::string why = StrCat("replacing slice of ", old.site(), " (", run->replacing().why(), ")");
+  auto wait = [&](const std::string& reason) {
+    if (job->reason != reason) {
+      job->reason = reason;
+      job->updated_at_unix_ms = core_->clock()->NowMs();
+      Save(job);
+    }
+    return false;
+  };
+  // The same size elsewhere, on one site: never a site of this world, never
+  // the lost one, within the spec's constraints.
+  const uint32_t n = old.ranks_size();
+  v1::JobSpec spec = job->spec;
+  spec.set_gpus(n);
+  spec.set_max_sites(1);
+  spec.set_min_gpus_per_site(n);
+  for (const auto& s : run->sites()) spec.add_avoided_sites(s.site());
+  for (const auto& s : run->replacing().lost_sites()) spec.add_avoided_sites(s);
+  for (const auto& s : unreachable) spec.add_avoided_sites(s);
+  auto plan = core_->Plan(spec, {job->id, false});
+  if (!plan.ok() || !plan->placeable()) {
+    return wait(StrCat(why, ": waiting for capacity: ",
+                       plan.ok() ? plan->summary() : std::string(plan.status().message())));
+  }
+  const std::string target = plan->sites(0);
+  const int64_t now = core_->clock()->NowMs();
+  const uint64_t epoch = last_epoch_ = std::max<uint64_t>(last_epoch_ + 1, now);
+  bool has_rank0 = false;
+  std::vector<v1::RankLaunch> lost(old.ranks().begin(), old.ranks().end());
+  std::sort(lost.begin(), lost.end(), [](const auto& a, const auto& b) { return a.rank() < b.rank(); });
+  for (const auto& r : lost) has_rank0 = has_rank0 || r.rank() == 0;
+  v1::PrepareRequest req;
+  *req.mutable_key() = Key(*job, epoch);
+  req.set_tenant(job->tenant);
+  req.set_priority(job->spec.priority());
+  req.set_hold_ttl_ms(kHoldTtlMs);
+  req.set_pick_master_port(has_rank0);
+  for (const auto& sl : plan->slices()) {
+    auto* a = req.add_nodes();
+    a->set_node(sl.node());
+    a->set_gpus(sl.gpus());
+  }
+  wait(StrCat(why, ": reserving on ", target));
+  std::vector<absl::StatusOr<v1::PrepareResponse>> answer(1, absl::UnknownError("no answer"));
+  {
+    FanOut fan;
+    participants_->Prepare(target, req, reserve_timeout_ms(), fan.Collect(&answer[0]));
+    fan.Wait();
+  }
+  absl::Status prepared = answer[0].status();
+  if (prepared.ok()) prepared = federation::CheckHolds(req, *answer[0]);
+  if (!prepared.ok()) {
+    StopRun(JobRecord{*job}, "replacement refused");  // no-op for sites that hold nothing new
+    return wait(StrCat(why, ": ", target, " refused: ", prepared.message()));
+  }
+  // The lost ranks keep their numbers, node by node on the new site.
+  v1::SiteRun next_site;
+  next_site.set_site(target);
+  next_site.set_epoch(epoch);
+  size_t k = 0;
+  uint32_t group = lost.empty() ? 0 : lost.front().group_rank();
+  for (int s = 0; s < plan->slices_size(); ++s, ++group) {
+    const auto& sl = plan->slices(s);
+    const auto& held = answer[0]->holds(s);
+    for (uint32_t g = 0; g < sl.gpus() && k < lost.size(); ++g, ++k) {
+      v1::RankLaunch r = lost[k];
+      r.set_local_rank(g);
+      r.set_local_world_size(sl.gpus());
+      r.set_group_rank(group);
+      r.set_node(sl.node());
+      r.set_gpu(g < static_cast<uint32_t>(held.indices_size()) ? held.indices(g) : 0);
+      *next_site.add_ranks() = r;
+    }
+  }
+  v1::RunPlan next = *run;
+  *next.mutable_sites(idx) = next_site;
+  if (has_rank0) {
+    next.set_master_addr(core_->NodeAddress(target, plan->slices(0).node()));
+    next.set_master_port(answer[0]->master_port());
+  }
+  (*next.mutable_replacing()->mutable_replaced_by())[old.site()] = target;
+  // Committed parked: the GPUs are the job's from now on, no rank runs yet.
+  v1::CommitRequest c = CommitFor(*job, next);
+  *c.mutable_key() = Key(*job, epoch);
+  *c.mutable_ranks() = next_site.ranks();
+  c.set_park(true);
+  std::vector<absl::StatusOr<v1::CommitResponse>> committed(1, absl::UnknownError("no answer"));
+  {
+    FanOut fan;
+    participants_->Commit(target, std::move(c), reserve_timeout_ms(), fan.Collect(&committed[0]));
+    fan.Wait();
+  }
+  auto abort_new = [&](const std::string& reason) {
+    v1::AbortRequest a;
+    *a.mutable_key() = Key(*job, epoch);
+    a.set_reason(reason);
+    participants_->Abort(target, std::move(a), rpc_timeout_ms(), [](auto) {});
+  };
+  if (!committed[0].ok()) {
+    abort_new("the replacement's commit failed");
+    return wait(StrCat(why, ": commit at ", target, " failed: ", committed[0].status().message()));
+  }
+  JobRecord saved = *job;
+  saved.run = next.SerializeAsString();
+  saved.reason = StrCat(why, ": reserved on ", target);
+  saved.updated_at_unix_ms = core_->clock()->NowMs();
+  if (!Save(&saved)) {
+    abort_new("the job ended during its replacement");
+    return false;
+  }
+  *job = saved;
+  *run = next;
+  spdlog::info("job {}: slice of {} (ranks {}..{}) replaced by one on {}", job->id, old.site(),
+               lost.empty() ? 0 : lost.front().rank(), lost.empty() ? 0 : lost.back().rank(),
+               target);
+  // The lost site, should it come back, frees what it held at once.
+  v1::AbortRequest a;
+  *a.mutable_key() = Key(*job, old.epoch() != 0 ? old.epoch() : run->epoch());
+  a.set_reason("its slice was replaced");
+  participants_->Abort(old.site(), std::move(a), rpc_timeout_ms(), [](auto) {});
+  return true;
+}
+
+void Coordinator::RelaunchWorld(JobRecord job, v1::RunPlan run) {
+  const uint32_t restart = run.restart() + 1;
+  std::vector<int> all(run.sites_size());
+  for (int i = 0; i < run.sites_size(); ++i) all[i] = i;
+  v1::RunPlan next = run;
+  next.set_restart(restart);
+  const auto status = CommitAll(job, next, all, QuotaCommit::kNone);
+  // The world number is used up even where it failed: a site that started
+  // it must not mistake a later start for a duplicate.
+  const std::string why = next.replacing().why();
+  if (status.ok()) {
+    next.clear_replacing();
+    job.reason = StrCat("running on ", next.sites_size(), " site(s), attempt ", job.attempt,
+                        ", world restart ", restart, " (after: ", why, ")");
+  } else {
+    next.mutable_replacing()->set_stage(Stage::STOPPING);
+    job.reason = StrCat("restarting the world (", why, "): starting world ", restart,
+                        " failed: ", status.message(), "; stopping it again");
+  }
+  job.run = next.SerializeAsString();
+  job.updated_at_unix_ms = core_->clock()->NowMs();
+  if (Save(&job)) {
+    spdlog::info("job {}: {}", job.id, job.reason);
+  } else {
+    StopRun(job, "the job ended while its world restarted");
+  }
+}
+
+}  // namespace fedgate::gateway

@@ -1,0 +1,23 @@
+// What a commit (or a world restart) decided under the participant's lock,
+// for the ranks started after it.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gateway/jobs/participant.h"
+
+namespace fedgate::gateway {
+
+// What a commit decided under the lock, for the ranks started after it.
+struct Participant::LaunchPlan {
+  federation::Hold hold;
+  std::vector<uint32_t> gpu_of;  // the GPU index of each rank of the request
+  Allocs reservation;            // the backend's, where it has one
+  std::map<std::string, std::string> node_addr, node_model;
+  std::string work, cgroup;
+  int64_t lease_ms = 0, started_at_ms = 0;
+};
+
+}  // namespace fedgate::gateway
