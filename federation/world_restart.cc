@@ -111,6 +111,49 @@ std::string ReplacingStatus(const v1::RunPlan& run) {
   }
 }
 
+namespace {
+
+// Before any restart: the world succeeded, runs on, or lost a slice (then
+// `replacing` starts, or the job falls back when it used its replacements).
+// True when the verdict is final.
+bool JudgeRunningWorld(const v1::JobSpec& spec, int64_t now_ms,
+                       const std::vector<absl::StatusOr<v1::SliceStatusResponse>>& answers,
+                       const std::vector<SliceStand>& stand, v1::RunPlan* run, WorldVerdict* v) {
+  int succeeded = 0, first_problem = -1;
+  for (int i = 0; i < run->sites_size(); ++i) {
+    if (stand[i] == SliceStand::kSucceeded) ++succeeded;
+    if (stand[i] == SliceStand::kUnsent) v->recommit.push_back(i);
+    const bool problem = stand[i] == SliceStand::kLost || stand[i] == SliceStand::kStopping ||
+                         stand[i] == SliceStand::kReady;
+    if (problem && first_problem < 0) first_problem = i;
+  }
+  if (succeeded == run->sites_size()) {
+    v->kind = WorldVerdict::kSucceeded;
+    v->reason = StrCat("all ", run->world_size(), " rank(s) exited 0 on ", run->sites_size(),
+                       " site(s)",
+                       run->restart() > 0 ? StrCat(" after ", run->restart(), " world restart(s)")
+                                          : "");
+    return true;
+  }
+  if (first_problem < 0) return true;
+  const std::string& site = run->sites(first_problem).site();
+  const std::string why = WhyOf(site, answers[first_problem], stand[first_problem]);
+  if (run->restart() >= spec.max_replacements()) {
+    v->kind = WorldVerdict::kFallBack;
+    v->reason = StrCat(why, "; the job used its ", spec.max_replacements(), " replacement(s)");
+    if (stand[first_problem] == SliceStand::kLost) v->bad_site = site;
+    return true;
+  }
+  auto* r = run->mutable_replacing();
+  r->set_stage(Stage::STOPPING);
+  r->set_why(why);
+  r->set_since_unix_ms(now_ms);
+  v->changed = true;
+  return false;
+}
+
+}  // namespace
+
 WorldVerdict JudgeWorld(const v1::JobSpec& spec, int64_t now_ms, int64_t lease_ms,
                         int64_t replace_timeout_ms,
                         const std::vector<absl::StatusOr<v1::SliceStatusResponse>>& answers,
@@ -125,47 +168,18 @@ WorldVerdict JudgeWorld(const v1::JobSpec& spec, int64_t now_ms, int64_t lease_m
     return v;
   }
   std::vector<SliceStand> stand(run->sites_size());
-  int succeeded = 0, first_problem = -1;
   for (int i = 0; i < run->sites_size(); ++i) {
-    const std::string& site = run->sites(i).site();
-    int64_t& seen = last_ok->try_emplace(site, now_ms).first->second;
+    int64_t& seen = last_ok->try_emplace(run->sites(i).site(), now_ms).first->second;
     if (answers[i].ok()) seen = now_ms;
     stand[i] = StandOf(answers[i], now_ms - seen, lease_ms);
     if (stand[i] == SliceStand::kPreempted) {
       v.kind = WorldVerdict::kPreempted;
-      v.preempted_at = site;
+      v.preempted_at = run->sites(i).site();
       v.preempted_by = answers[i]->preempted_by();
       return v;
     }
-    if (stand[i] == SliceStand::kSucceeded) ++succeeded;
-    if (stand[i] == SliceStand::kUnsent && !run->has_replacing()) v.recommit.push_back(i);
-    const bool problem = stand[i] == SliceStand::kLost || stand[i] == SliceStand::kStopping ||
-                         stand[i] == SliceStand::kReady;
-    if (problem && first_problem < 0) first_problem = i;
   }
-  if (!run->has_replacing()) {
-    if (succeeded == run->sites_size()) {
-      v.kind = WorldVerdict::kSucceeded;
-      v.reason = StrCat("all ", run->world_size(), " rank(s) exited 0 on ", run->sites_size(),
-                        " site(s)", run->restart() > 0 ? StrCat(" after ", run->restart(),
-                                                                 " world restart(s)") : "");
-      return v;
-    }
-    if (first_problem < 0) return v;
-    const std::string& site = run->sites(first_problem).site();
-    const std::string why = WhyOf(site, answers[first_problem], stand[first_problem]);
-    if (run->restart() >= spec.max_replacements()) {
-      v.kind = WorldVerdict::kFallBack;
-      v.reason = StrCat(why, "; the job used its ", spec.max_replacements(), " replacement(s)");
-      if (stand[first_problem] == SliceStand::kLost) v.bad_site = site;
-      return v;
-    }
-    auto* r = run->mutable_replacing();
-    r->set_stage(Stage::STOPPING);
-    r->set_why(why);
-    r->set_since_unix_ms(now_ms);
-    v.changed = true;
-  }
+  if (!run->has_replacing() && JudgeRunningWorld(spec, now_ms, answers, stand, run, &v)) return v;
   auto* r = run->mutable_replacing();
   if (now_ms - r->since_unix_ms() > replace_timeout_ms) {
     v.kind = WorldVerdict::kFallBack;
@@ -208,6 +222,33 @@ WorldVerdict JudgeWorld(const v1::JobSpec& spec, int64_t now_ms, int64_t lease_m
   v.wake_placer = !pending && (r->stage() == Stage::RESERVING || r->stage() == Stage::RELAUNCH);
   v.status = ReplacingStatus(*run);
   return v;
+}
+
+v1::SiteRun ReplacementSite(const v1::SiteRun& lost, const v1::PlanResponse& plan,
+                            const v1::PrepareResponse& held, uint64_t epoch) {
+  std::vector<v1::RankLaunch> ranks(lost.ranks().begin(), lost.ranks().end());
+  std::sort(ranks.begin(), ranks.end(), [](const auto& a, const auto& b) { return a.rank() < b.rank(); });
+  v1::SiteRun out;
+  out.set_site(plan.sites(0));
+  out.set_epoch(epoch);
+  std::map<std::string, std::vector<uint32_t>> gpus;
+  for (const auto& h : held.holds()) gpus[h.node()].assign(h.indices().begin(), h.indices().end());
+  size_t k = 0;
+  uint32_t group = ranks.empty() ? 0 : ranks.front().group_rank();
+  for (int s = 0; s < plan.slices_size(); ++s, ++group) {
+    const auto& sl = plan.slices(s);
+    const auto& on_node = gpus[sl.node()];
+    for (uint32_t g = 0; g < sl.gpus() && k < ranks.size(); ++g, ++k) {
+      v1::RankLaunch r = ranks[k];
+      r.set_local_rank(g);
+      r.set_local_world_size(sl.gpus());
+      r.set_group_rank(group);
+      r.set_node(sl.node());
+      r.set_gpu(g < on_node.size() ? on_node[g] : 0);
+      *out.add_ranks() = r;
+    }
+  }
+  return out;
 }
 
 }  // namespace fedgate::federation

@@ -70,6 +70,11 @@ inline uint64_t SiteEpoch(const v1::RunPlan& run, int i) {
   return run.sites(i).epoch() != 0 ? run.sites(i).epoch() : run.epoch();
 }
 
+// The slice that replaces `lost`: its ranks keep their numbers, placed node
+// by node on the one site of `plan` (slices in order, the GPUs `held` there).
+v1::SiteRun ReplacementSite(const v1::SiteRun& lost, const v1::PlanResponse& plan,
+                            const v1::PrepareResponse& held, uint64_t epoch);
+
 // The job's reason while its world restarts.
 std::string ReplacingStatus(const v1::RunPlan& run);
 

@@ -90,6 +90,8 @@ class Coordinator {
   // coordinator_place.cc: the scheduling pass.
   void PlaceLoop();
   void LoadFairShare();
+  // The decayed usage with the tenants' weights, for one pass.
+  federation::FairShare CurrentShare();
   // coordinator_reserve.cc: one job's reservation round.
   // Places and reserves one job; true when its ranks were committed.
   bool TryStart(JobRecord job, const std::vector<std::string>& unreachable);
@@ -139,6 +141,11 @@ class Coordinator {
   // it cannot be had (the reason says why).
   bool ReplaceSlice(JobRecord* job, v1::RunPlan* run, int idx,
                     const std::vector<std::string>& unreachable);
+  absl::StatusOr<v1::PrepareResponse> PrepareReplacement(const JobRecord& job,
+                                                         const v1::PlanResponse& plan,
+                                                         uint64_t epoch, bool rank0);
+  // Commits the replacement at run.sites(idx) without starting its ranks.
+  absl::Status CommitParked(const JobRecord& job, const v1::RunPlan& next, int idx);
   void RelaunchWorld(JobRecord job, v1::RunPlan run);
   // Commits the sites `which` (indices into run.sites) and, unless kNone,
   // the tenant's home site when it runs no ranks: waiting for its answer

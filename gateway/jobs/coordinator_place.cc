@@ -41,6 +41,19 @@ void Coordinator::LoadFairShare() {
   if (jobs > 0) spdlog::info("fair share: usage of {} ended job(s) loaded", jobs);
 }
 
+federation::FairShare Coordinator::CurrentShare() {
+  federation::FairShare share;
+  {
+    std::lock_guard lock(share_mu_);
+    share = share_;
+  }
+  // Tenant weights come from their home sites' ads.
+  for (const auto& q : core_->Quotas()) {
+    if (q.weight() > 0) share.SetWeight(q.tenant(), q.weight());
+  }
+  return share;
+}
+
 void Coordinator::PlaceLoop() {
   while (!stop_) {
     PlacePass();
@@ -110,15 +123,7 @@ void Coordinator::PlacePass() {
     for (const auto& m : s.models()) free[m.model()] += m.free_gpus() + m.preemptible_gpus();
   }
   const int64_t now = core_->clock()->NowMs();
-  federation::FairShare share;
-  {
-    std::lock_guard lock(share_mu_);
-    share = share_;
-  }
-  // Tenant weights come from their home sites' ads.
-  for (const auto& q : core_->Quotas()) {
-    if (q.weight() > 0) share.SetWeight(q.tenant(), q.weight());
-  }
+  federation::FairShare share = CurrentShare();
   auto result = sched.Pass(
       now, free, std::move(running),
       [&](const federation::SchedJob& q) -> std::optional<federation::GpusByModel> {
@@ -128,15 +133,10 @@ void Coordinator::PlacePass() {
       &share);
   // Jobs that would fit but would delay the reserved head job say so.
   for (const auto& id : result.held_back) {
-    JobRecord& j = pending[id];
-    const std::string reason =
-        StrCat("waiting: starting now would delay job ", result.reserved_for.value_or("?"),
-               ", which holds the reservation (backfill)");
-    if (j.reason != reason) {
-      j.reason = reason;
-      j.updated_at_unix_ms = now;
-      Save(&j);
-    }
+    Wait(&pending[id],
+         StrCat("waiting: starting now would delay job ", result.reserved_for.value_or("?"),
+                ", which holds the reservation (backfill)"),
+         now);
   }
 }
 

@@ -137,11 +137,10 @@ bool Coordinator::ReplaceSlice(JobRecord* job, v1::RunPlan* run, int idx,
   };
   // The same size elsewhere, on one site: never a site of this world, never
   // the lost one, within the spec's constraints.
-  const uint32_t n = old.ranks_size();
   v1::JobSpec spec = job->spec;
-  spec.set_gpus(n);
+  spec.set_gpus(old.ranks_size());
   spec.set_max_sites(1);
-  spec.set_min_gpus_per_site(n);
+  spec.set_min_gpus_per_site(old.ranks_size());
   for (const auto& s : run->sites()) spec.add_avoided_sites(s.site());
   for (const auto& s : run->replacing().lost_sites()) spec.add_avoided_sites(s);
   for (const auto& s : unreachable) spec.add_avoided_sites(s);
@@ -151,82 +150,34 @@ bool Coordinator::ReplaceSlice(JobRecord* job, v1::RunPlan* run, int idx,
                        plan.ok() ? plan->summary() : std::string(plan.status().message())));
   }
   const std::string target = plan->sites(0);
-  const int64_t now = core_->clock()->NowMs();
-  const uint64_t epoch = last_epoch_ = std::max<uint64_t>(last_epoch_ + 1, now);
+  const uint64_t epoch = last_epoch_ =
+      std::max<uint64_t>(last_epoch_ + 1, core_->clock()->NowMs());
   bool has_rank0 = false;
-  std::vector<v1::RankLaunch> lost(old.ranks().begin(), old.ranks().end());
-  std::sort(lost.begin(), lost.end(), [](const auto& a, const auto& b) { return a.rank() < b.rank(); });
-  for (const auto& r : lost) has_rank0 = has_rank0 || r.rank() == 0;
-  v1::PrepareRequest req;
-  *req.mutable_key() = Key(*job, epoch);
-  req.set_tenant(job->tenant);
-  req.set_priority(job->spec.priority());
-  req.set_hold_ttl_ms(kHoldTtlMs);
-  req.set_pick_master_port(has_rank0);
-  for (const auto& sl : plan->slices()) {
-    auto* a = req.add_nodes();
-    a->set_node(sl.node());
-    a->set_gpus(sl.gpus());
-  }
+  for (const auto& r : old.ranks()) has_rank0 = has_rank0 || r.rank() == 0;
   wait(StrCat(why, ": reserving on ", target));
-  std::vector<absl::StatusOr<v1::PrepareResponse>> answer(1, absl::UnknownError("no answer"));
-  {
-    FanOut fan;
-    participants_->Prepare(target, req, reserve_timeout_ms(), fan.Collect(&answer[0]));
-    fan.Wait();
-  }
-  absl::Status prepared = answer[0].status();
-  if (prepared.ok()) prepared = federation::CheckHolds(req, *answer[0]);
-  if (!prepared.ok()) {
-    StopRun(JobRecord{*job}, "replacement refused");  // no-op for sites that hold nothing new
-    return wait(StrCat(why, ": ", target, " refused: ", prepared.message()));
-  }
-  // The lost ranks keep their numbers, node by node on the new site.
-  v1::SiteRun next_site;
-  next_site.set_site(target);
-  next_site.set_epoch(epoch);
-  size_t k = 0;
-  uint32_t group = lost.empty() ? 0 : lost.front().group_rank();
-  for (int s = 0; s < plan->slices_size(); ++s, ++group) {
-    const auto& sl = plan->slices(s);
-    const auto& held = answer[0]->holds(s);
-    for (uint32_t g = 0; g < sl.gpus() && k < lost.size(); ++g, ++k) {
-      v1::RankLaunch r = lost[k];
-      r.set_local_rank(g);
-      r.set_local_world_size(sl.gpus());
-      r.set_group_rank(group);
-      r.set_node(sl.node());
-      r.set_gpu(g < static_cast<uint32_t>(held.indices_size()) ? held.indices(g) : 0);
-      *next_site.add_ranks() = r;
-    }
+  auto held = PrepareReplacement(*job, *plan, epoch, has_rank0);
+  v1::AbortRequest undo;
+  *undo.mutable_key() = Key(*job, epoch);
+  auto abort_new = [&](const std::string& reason) {
+    undo.set_reason(reason);
+    participants_->Abort(target, undo, rpc_timeout_ms(), [](auto) {});
+  };
+  if (!held.ok()) {
+    abort_new("the replacement's prepare failed");  // a hold made past the deadline
+    return wait(StrCat(why, ": ", target, " refused: ", held.status().message()));
   }
   v1::RunPlan next = *run;
-  *next.mutable_sites(idx) = next_site;
+  *next.mutable_sites(idx) = federation::ReplacementSite(old, *plan, *held, epoch);
   if (has_rank0) {
     next.set_master_addr(core_->NodeAddress(target, plan->slices(0).node()));
-    next.set_master_port(answer[0]->master_port());
+    next.set_master_port(held->master_port());
   }
   (*next.mutable_replacing()->mutable_replaced_by())[old.site()] = target;
-  // Committed parked: the GPUs are the job's from now on, no rank runs yet.
-  v1::CommitRequest c = CommitFor(*job, next);
-  *c.mutable_key() = Key(*job, epoch);
-  *c.mutable_ranks() = next_site.ranks();
-  c.set_park(true);
-  std::vector<absl::StatusOr<v1::CommitResponse>> committed(1, absl::UnknownError("no answer"));
-  {
-    FanOut fan;
-    participants_->Commit(target, std::move(c), reserve_timeout_ms(), fan.Collect(&committed[0]));
-    fan.Wait();
-  }
-  auto abort_new = [&](const std::string& reason) {
-    v1::AbortRequest a;
-    *a.mutable_key() = Key(*job, epoch);
-    a.set_reason(reason);
-    participants_->Abort(target, std::move(a), rpc_timeout_ms(), [](auto) {});
-  };
-  if (!committed[0].ok()) {
+  // Committed parked: the GPUs are the job's from now on, no rank runs yet;
+  // the decision is durable before the lost site is let go.
+  if (auto st = CommitParked(*job, next, idx); !st.ok()) {
     abort_new("the replacement's commit failed");
-    return wait(StrCat(why, ": commit at ", target, " failed: ", committed[0].status().message()));
+    return wait(StrCat(why, ": commit at ", target, " failed: ", st.message()));
   }
   JobRecord saved = *job;
   saved.run = next.SerializeAsString();
@@ -236,17 +187,53 @@ bool Coordinator::ReplaceSlice(JobRecord* job, v1::RunPlan* run, int idx,
     abort_new("the job ended during its replacement");
     return false;
   }
-  *job = saved;
-  *run = next;
-  spdlog::info("job {}: slice of {} (ranks {}..{}) replaced by one on {}", job->id, old.site(),
-               lost.empty() ? 0 : lost.front().rank(), lost.empty() ? 0 : lost.back().rank(),
-               target);
+  spdlog::info("job {}: slice of {} ({} rank(s)) replaced by one on {}", job->id, old.site(),
+               old.ranks_size(), target);
   // The lost site, should it come back, frees what it held at once.
   v1::AbortRequest a;
-  *a.mutable_key() = Key(*job, old.epoch() != 0 ? old.epoch() : run->epoch());
+  *a.mutable_key() = Key(*job, federation::SiteEpoch(*run, idx));
   a.set_reason("its slice was replaced");
   participants_->Abort(old.site(), std::move(a), rpc_timeout_ms(), [](auto) {});
+  *job = std::move(saved);
+  *run = std::move(next);
   return true;
+}
+
+absl::StatusOr<v1::PrepareResponse> Coordinator::PrepareReplacement(const JobRecord& job,
+                                                                    const v1::PlanResponse& plan,
+                                                                    uint64_t epoch, bool rank0) {
+  v1::PrepareRequest req;
+  *req.mutable_key() = Key(job, epoch);
+  req.set_tenant(job.tenant);
+  req.set_priority(job.spec.priority());
+  req.set_hold_ttl_ms(kHoldTtlMs);
+  req.set_pick_master_port(rank0);
+  for (const auto& sl : plan.slices()) {
+    auto* a = req.add_nodes();
+    a->set_node(sl.node());
+    a->set_gpus(sl.gpus());
+  }
+  std::vector<absl::StatusOr<v1::PrepareResponse>> answer(1, absl::UnknownError("no answer"));
+  FanOut fan;
+  participants_->Prepare(plan.sites(0), req, reserve_timeout_ms(), fan.Collect(&answer[0]));
+  fan.Wait();
+  if (answer[0].ok()) {
+    if (auto st = federation::CheckHolds(req, *answer[0]); !st.ok()) return st;
+  }
+  return answer[0];
+}
+
+absl::Status Coordinator::CommitParked(const JobRecord& job, const v1::RunPlan& next, int idx) {
+  v1::CommitRequest c = CommitFor(job, next);
+  *c.mutable_key() = Key(job, federation::SiteEpoch(next, idx));
+  *c.mutable_ranks() = next.sites(idx).ranks();
+  c.set_park(true);
+  std::vector<absl::StatusOr<v1::CommitResponse>> committed(1, absl::UnknownError("no answer"));
+  FanOut fan;
+  participants_->Commit(next.sites(idx).site(), std::move(c), reserve_timeout_ms(),
+                        fan.Collect(&committed[0]));
+  fan.Wait();
+  return committed[0].status();
 }
 
 void Coordinator::RelaunchWorld(JobRecord job, v1::RunPlan run) {
