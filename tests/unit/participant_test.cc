@@ -354,5 +354,127 @@ TEST_F(ParticipantTest, AfterARestartSupervisedRanksAreFollowedToTheirEnd) {
   EXPECT_EQ(closed_[0].reason, "succeeded");
 }
 
+
+// recovery: replace at a site. The slice's GPUs outlive a failed rank (the
+// slice parks), a halt stops the ranks but keeps the GPUs, a commit of a
+// higher restart starts the next world on the same GPUs with FEDGATE_RESTART,
+// and a parked slice whose lease lapses frees its GPUs.
+v1::CommitRequest Keep(v1::CommitRequest c, uint32_t restart = 0) {
+  c.set_keep_hold(true);
+  c.set_restart(restart);
+  c.set_checkpoint_keep(2);
+  c.add_world_sites("site-a");
+  c.add_world_sites("site-b");
+  return c;
+}
+
+TEST_F(ParticipantTest, UnderKeepHoldAFailedRankParksTheSliceAndTheNextWorldTakesItsGpus) {
+  const auto gpus = Hold(2);
+  ASSERT_TRUE(p_->Commit("bj", Keep(Run(2))).ok());
+  auto first = runner_->launched();
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(EnvOf(first[0].spec, "FEDGATE_RESTART"), "0");
+  EXPECT_EQ(EnvOf(first[0].spec, "FEDGATE_CHECKPOINT_DIR"),
+            tmp_ / ("work/" + std::string(kJob) + "/checkpoints"));
+  runner_->Exit(first[1].pid, 1);
+  p_->Sweep();  // rank 1 failed: rank 0 gets SIGTERM, GPUs kept
+  EXPECT_EQ(runner_->SignalsTo(first[0].pid), std::vector<int>{SIGTERM});
+  p_->Sweep();  // every rank exited: parked
+  auto st = StatusOf();
+  EXPECT_EQ(st.state(), v1::SliceStatusResponse::FAILED);
+  EXPECT_TRUE(st.held());
+  EXPECT_TRUE(st.parked());
+  EXPECT_EQ(st.restart(), 0u);
+  EXPECT_EQ(p_->FreeGpus()["n1"], 2u) << "the parked slice keeps its 2 GPUs";
+  EXPECT_TRUE(closed_.empty()) << "its usage stays open";
+  ASSERT_TRUE(p_->Commit("bj", Keep(Run(2), 1)).ok());
+  auto all = runner_->launched();
+  ASSERT_EQ(all.size(), 4u);
+  for (int i = 2; i < 4; ++i) {
+    EXPECT_EQ(EnvOf(all[i].spec, "FEDGATE_RESTART"), "1");
+    EXPECT_EQ(EnvOf(all[i].spec, "CUDA_VISIBLE_DEVICES"), std::to_string(gpus[i - 2]))
+        << "the same GPUs";
+  }
+  EXPECT_NE(all[2].spec.exit_file, first[0].spec.exit_file) << "one exit file per world";
+  EXPECT_EQ(StatusOf().state(), v1::SliceStatusResponse::RUNNING);
+  EXPECT_EQ(StatusOf().restart(), 1u);
+  ASSERT_TRUE(p_->Commit("bj", Keep(Run(2), 1)).ok());
+  EXPECT_EQ(runner_->launched().size(), 4u) << "a duplicate commit of world 1 starts nothing";
+  auto open = store_->ListUsage(0, INT64_MAX, "");
+  ASSERT_TRUE(open.ok());
+  EXPECT_EQ(open->size(), 1u) << "one usage record through both worlds";
+  runner_->Exit(all[2].pid, 0);
+  runner_->Exit(all[3].pid, 0);
+  p_->Sweep();
+  EXPECT_EQ(StatusOf().state(), v1::SliceStatusResponse::SUCCEEDED);
+  EXPECT_EQ(p_->FreeGpus()["n1"], 4u) << "success frees the GPUs";
+}
+
+TEST_F(ParticipantTest, AHaltKeepsTheGpusAndARestartWhileRanksStopIsRefused) {
+  Hold(2);
+  ASSERT_TRUE(p_->Commit("bj", Keep(Run(2))).ok());
+  runner_->IgnoreSigterm(true);
+  v1::AbortRequest halt;
+  *halt.mutable_key() = Key();
+  halt.set_keep_hold(true);
+  halt.set_reason("world 0 restarts");
+  ASSERT_TRUE(p_->Abort("bj", halt).ok());
+  p_->Sweep();
+  auto st = StatusOf();
+  EXPECT_TRUE(st.held());
+  EXPECT_FALSE(st.parked()) << "ranks still stopping";
+  auto refused = p_->Commit("bj", Keep(Run(2), 1));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  clock_.Advance(10'000);  // past the grace: SIGKILL
+  p_->Sweep();
+  p_->Sweep();
+  EXPECT_TRUE(StatusOf().parked());
+  EXPECT_EQ(p_->FreeGpus()["n1"], 2u);
+  // An abort without keep_hold ends it: the GPUs come back.
+  v1::AbortRequest end;
+  *end.mutable_key() = Key();
+  ASSERT_TRUE(p_->Abort("bj", end).ok());
+  p_->Sweep();
+  EXPECT_EQ(p_->FreeGpus()["n1"], 4u);
+}
+
+TEST_F(ParticipantTest, AParkedSliceWhoseLeaseLapsesFreesItsGpus) {
+  Hold(2);
+  v1::CommitRequest park = Keep(Run(2, /*lease_ms=*/5'000));
+  park.set_park(true);
+  ASSERT_TRUE(p_->Commit("bj", park).ok());
+  EXPECT_TRUE(runner_->launched().empty()) << "a parked commit starts no rank";
+  auto st = StatusOf(1, 5'000);
+  EXPECT_EQ(st.state(), v1::SliceStatusResponse::HELD);
+  EXPECT_TRUE(st.parked());
+  clock_.Advance(4'000);
+  StatusOf(1, 5'000);  // renews it
+  clock_.Advance(4'000);
+  p_->Sweep();
+  EXPECT_EQ(p_->FreeGpus()["n1"], 2u) << "renewed: still held";
+  clock_.Advance(6'000);
+  p_->Sweep();
+  EXPECT_EQ(p_->FreeGpus()["n1"], 4u) << "its lease lapsed";
+  ASSERT_EQ(closed_.size(), 1u);
+}
+
+TEST_F(ParticipantTest, OnlySitesOfTheWorldMaySendAJobsCheckpoints) {
+  Hold(2);
+  ASSERT_TRUE(p_->Commit("bj", Keep(Run(2))).ok());
+  auto ok = p_->CheckpointReceiver("site-b", kJob);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->dir, tmp_ / ("work/" + std::string(kJob) + "/checkpoints"));
+  EXPECT_EQ(p_->CheckpointReceiver("site-c", kJob).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(p_->CheckpointReceiver("site-b", "j-00000000000000ff").status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(p_->CheckpointReceiver("site-b", "../etc").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto jobs = p_->CheckpointJobs();
+  ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_EQ(jobs[0].others, std::vector<std::string>{"site-b"});
+  EXPECT_EQ(jobs[0].keep, 2u);
+}
+
 }  // namespace
 }  // namespace fedgate::gateway
