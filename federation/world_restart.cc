@@ -129,10 +129,9 @@ bool JudgeRunningWorld(const v1::JobSpec& spec, int64_t now_ms,
   }
   if (succeeded == run->sites_size()) {
     v->kind = WorldVerdict::kSucceeded;
-    v->reason = StrCat("all ", run->world_size(), " rank(s) exited 0 on ", run->sites_size(),
-                       " site(s)",
-                       run->restart() > 0 ? StrCat(" after ", run->restart(), " world restart(s)")
-                                          : "");
+    v->reason =
+        StrCat("all ", run->world_size(), " rank(s) exited 0 on ", run->sites_size(), " site(s)",
+               run->restart() > 0 ? StrCat(" after ", run->restart(), " world restart(s)") : "");
     return true;
   }
   if (first_problem < 0) return true;
@@ -227,7 +226,8 @@ WorldVerdict JudgeWorld(const v1::JobSpec& spec, int64_t now_ms, int64_t lease_m
 v1::SiteRun ReplacementSite(const v1::SiteRun& lost, const v1::PlanResponse& plan,
                             const v1::PrepareResponse& held, uint64_t epoch) {
   std::vector<v1::RankLaunch> ranks(lost.ranks().begin(), lost.ranks().end());
-  std::sort(ranks.begin(), ranks.end(), [](const auto& a, const auto& b) { return a.rank() < b.rank(); });
+  std::sort(ranks.begin(), ranks.end(),
+            [](const auto& a, const auto& b) { return a.rank() < b.rank(); });
   v1::SiteRun out;
   out.set_site(plan.sites(0));
   out.set_epoch(epoch);

@@ -48,20 +48,33 @@ std::vector<uint64_t> ListCheckpointSteps(const std::string& dir,
   return steps;
 }
 
-absl::StatusOr<std::string> Sha256File(const std::string& path) {
+Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
+  EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(), nullptr);
+}
+
+Sha256::~Sha256() { EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(ctx_)); }
+
+void Sha256::Update(const void* data, size_t n) {
+  EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(ctx_), data, n);
+}
+
+bool Sha256::UpdateFromFile(const std::string& path, uint64_t n) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(StrCat("cannot read ", path));
-  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr);
   std::vector<char> buf(1 << 20);
-  while (in) {
-    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    if (in.gcount() > 0) EVP_DigestUpdate(ctx.get(), buf.data(), static_cast<size_t>(in.gcount()));
+  while (n > 0 && in) {
+    in.read(buf.data(), static_cast<std::streamsize>(std::min<uint64_t>(buf.size(), n)));
+    const auto got = static_cast<uint64_t>(in.gcount());
+    if (got == 0) break;
+    Update(buf.data(), got);
+    n -= got;
   }
-  if (in.bad()) return absl::DataLossError(StrCat("read error in ", path));
+  return n == 0;
+}
+
+std::string Sha256::Hex() {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
-  EVP_DigestFinal_ex(ctx.get(), md, &len);
+  EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), md, &len);
   static const char* kHex = "0123456789abcdef";
   std::string hex;
   for (unsigned int i = 0; i < len; ++i) {
@@ -71,7 +84,16 @@ absl::StatusOr<std::string> Sha256File(const std::string& path) {
   return hex;
 }
 
-absl::StatusOr<std::vector<v1::CheckpointFile>> CheckpointManifest(const std::string& step_path) {
+absl::StatusOr<std::string> Sha256File(const std::string& path) {
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  if (ec) return absl::NotFoundError(StrCat("cannot read ", path));
+  Sha256 h;
+  if (!h.UpdateFromFile(path, size)) return absl::DataLossError(StrCat("read error in ", path));
+  return h.Hex();
+}
+
+absl::StatusOr<std::vector<v1::CheckpointFile>> CheckpointFiles(const std::string& step_path) {
   std::error_code ec;
   const auto st = fs::symlink_status(step_path, ec);
   if (ec || !fs::exists(st)) return absl::NotFoundError(StrCat(step_path, " is gone"));
@@ -96,12 +118,20 @@ absl::StatusOr<std::vector<v1::CheckpointFile>> CheckpointManifest(const std::st
     const auto size = fs::file_size(abs, ec);
     if (ec) return absl::NotFoundError(StrCat(abs, " is gone"));
     f.set_size_bytes(size);
-    auto sha = Sha256File(abs);
-    if (!sha.ok()) return sha.status();
-    f.set_sha256(*sha);
     out.push_back(std::move(f));
   }
   return out;
+}
+
+absl::StatusOr<std::vector<v1::CheckpointFile>> CheckpointManifest(const std::string& step_path) {
+  auto files = CheckpointFiles(step_path);
+  if (!files.ok()) return files.status();
+  for (auto& f : *files) {
+    auto sha = Sha256File(f.path().empty() ? step_path : StrCat(step_path, "/", f.path()));
+    if (!sha.ok()) return sha.status();
+    f.set_sha256(*sha);
+  }
+  return files;
 }
 
 bool SafeRelativePath(const std::string& path) {

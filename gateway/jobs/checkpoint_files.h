@@ -33,6 +33,26 @@ absl::StatusOr<std::vector<v1::CheckpointFile>> CheckpointManifest(const std::st
 // SHA-256 of a file, hex.
 absl::StatusOr<std::string> Sha256File(const std::string& path);
 
+// SHA-256 fed piece by piece (a copy hashes what it streams).
+class Sha256 {
+ public:
+  Sha256();
+  ~Sha256();
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
+  void Update(const void* data, size_t n);
+  // Adds the first `n` bytes of a file; false when it has fewer.
+  bool UpdateFromFile(const std::string& path, uint64_t n);
+  std::string Hex();  // ends the hash
+
+ private:
+  void* ctx_;
+};
+
+// The regular files of a checkpoint (the step itself when it is a file:
+// one entry with path ""), in a stable order, with their sizes; no digests.
+absl::StatusOr<std::vector<v1::CheckpointFile>> CheckpointFiles(const std::string& step_path);
+
 // A path inside a checkpoint that names no parent, root or hidden trick:
 // relative, no "." or ".." parts, no empty parts, at most 1024 bytes.
 bool SafeRelativePath(const std::string& path);

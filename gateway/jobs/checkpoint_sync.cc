@@ -46,7 +46,10 @@ absl::Status FromGrpc(const grpc::Status& st) {
 
 CheckpointSync::CheckpointSync(std::string site, Participant* participant, StubFor stubs,
                                Metrics* metrics)
-    : site_(std::move(site)), participant_(participant), stubs_(std::move(stubs)), metrics_(metrics) {}
+    : site_(std::move(site)),
+      participant_(participant),
+      stubs_(std::move(stubs)),
+      metrics_(metrics) {}
 
 CheckpointSync::~CheckpointSync() { Stop(); }
 
@@ -101,7 +104,8 @@ void CheckpointSync::Loop() {
   for (;;) {
     {
       std::unique_lock lock(mu_);
-      cv_.wait_for(lock, std::chrono::milliseconds(kPassMs), [&] { return stop_ || !asks_.empty(); });
+      cv_.wait_for(lock, std::chrono::milliseconds(kPassMs),
+                   [&] { return stop_ || !asks_.empty(); });
       if (stop_) return;
     }
     Pass();
@@ -168,12 +172,13 @@ absl::Status CheckpointSync::Push(const std::string& job, const std::string& dir
                  std::string(st.message()));
     Count("fedgate_checkpoint_errors_total", reason);
     if (metrics_ != nullptr) {
-      metrics_->Inc("fedgate_checkpoint_copies_total", {{"direction", "sent"}, {"result", "failed"}});
+      metrics_->Inc("fedgate_checkpoint_copies_total",
+                    {{"direction", "sent"}, {"result", "failed"}});
     }
     return st;
   };
   const std::string step_path = StrCat(dir, "/", StepName(step));
-  auto manifest = CheckpointManifest(step_path);
+  auto manifest = CheckpointFiles(step_path);  // digests are taken while streaming
   if (!manifest.ok()) return fail(manifest.status(), "source_removed");
   auto stub = stubs_(to);
   if (stub == nullptr) return fail(absl::UnavailableError(StrCat(to, " is not reachable")), "send");
@@ -184,7 +189,8 @@ absl::Status CheckpointSync::Push(const std::string& job, const std::string& dir
   v1::CheckpointProgressResponse have;
   {
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(kProgressTimeoutMs));
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::milliseconds(kProgressTimeoutMs));
     if (auto st = FromGrpc(stub->CheckpointProgress(&ctx, ask, &have)); !st.ok()) {
       return fail(st, "send");
     }
@@ -207,7 +213,7 @@ absl::Status CheckpointSync::Push(const std::string& job, const std::string& dir
 
 absl::Status CheckpointSync::PushFiles(v1::PeerService::Stub* stub, const std::string& job,
                                        const std::string& step_path, uint64_t step,
-                                       const std::vector<v1::CheckpointFile>& manifest,
+                                       std::vector<v1::CheckpointFile> manifest,
                                        const v1::CheckpointProgressResponse& have) {
   grpc::ClientContext ctx;
   active_ = &ctx;
@@ -227,7 +233,7 @@ absl::Status CheckpointSync::PushFiles(v1::PeerService::Stub* stub, const std::s
   head.set_step(step);
   bool ok = writer->Write(head);
   std::vector<char> buf(kChunkBytes);
-  for (const auto& f : manifest) {
+  for (auto& f : manifest) {
     if (!ok) break;
     const std::string src = f.path().empty() ? step_path : StrCat(step_path, "/", f.path());
     uint64_t offset = 0;
@@ -239,7 +245,18 @@ absl::Status CheckpointSync::PushFiles(v1::PeerService::Stub* stub, const std::s
       ctx.TryCancel();
       return absl::NotFoundError(StrCat(src, " was removed while it was copied"));
     }
-    in.seekg(static_cast<std::streamoff>(offset));
+    // What the receiver has is hashed here too, read but not sent.
+    Sha256 sha;
+    for (uint64_t at = 0; at < offset;) {
+      const size_t want = std::min<uint64_t>(buf.size(), offset - at);
+      in.read(buf.data(), static_cast<std::streamsize>(want));
+      if (static_cast<size_t>(in.gcount()) != want) {
+        ctx.TryCancel();
+        return absl::NotFoundError(StrCat(src, " shrank or vanished while it was copied"));
+      }
+      sha.Update(buf.data(), want);
+      at += want;
+    }
     while (ok && offset < f.size_bytes()) {
       const size_t want = std::min<uint64_t>(buf.size(), f.size_bytes() - offset);
       in.read(buf.data(), static_cast<std::streamsize>(want));
@@ -247,6 +264,7 @@ absl::Status CheckpointSync::PushFiles(v1::PeerService::Stub* stub, const std::s
         ctx.TryCancel();
         return absl::NotFoundError(StrCat(src, " shrank or vanished while it was copied"));
       }
+      sha.Update(buf.data(), want);
       v1::CheckpointChunk c;
       c.set_path(f.path());
       c.set_offset(offset);
@@ -255,6 +273,13 @@ absl::Status CheckpointSync::PushFiles(v1::PeerService::Stub* stub, const std::s
       offset += want;
       Count("fedgate_checkpoint_bytes_total", "sent", static_cast<double>(want));
     }
+    if (!ok) break;
+    in.peek();
+    if (!in.eof()) {
+      ctx.TryCancel();
+      return absl::NotFoundError(StrCat(src, " grew while it was copied"));
+    }
+    f.set_sha256(sha.Hex());
   }
   if (ok) {
     v1::CheckpointChunk last;
@@ -336,7 +361,8 @@ absl::Status CheckpointSync::Incoming::Begin(const v1::CheckpointChunk& first) {
   staging_ = StrCat(dir_, "/", StagingName(step_));
   fs::create_directories(staging_, ec);
   ::chmod(staging_.c_str(), 0700);
-  if (ec) return Fail(absl::InternalError(StrCat("cannot create ", staging_, ": ", ec.message())), "io");
+  if (ec)
+    return Fail(absl::InternalError(StrCat("cannot create ", staging_, ": ", ec.message())), "io");
   return absl::OkStatus();
 }
 
@@ -362,16 +388,26 @@ absl::Status CheckpointSync::Incoming::Add(const v1::CheckpointChunk& c) {
   ::fstat(fd, &st);
   if (static_cast<uint64_t>(st.st_size) != c.offset()) {
     ::close(fd);
-    return Fail(absl::FailedPreconditionError(StrCat("chunk at offset ", c.offset(), " of \"",
-                                                     c.path(), "\" but ", st.st_size,
-                                                     " bytes are here")),
-                "bad_offset");
+    return Fail(
+        absl::FailedPreconditionError(StrCat("chunk at offset ", c.offset(), " of \"", c.path(),
+                                             "\" but ", st.st_size, " bytes are here")),
+        "bad_offset");
   }
   const ssize_t n = ::pwrite(fd, c.data().data(), c.data().size(), static_cast<off_t>(c.offset()));
   ::close(fd);
   if (n != static_cast<ssize_t>(c.data().size())) {
     return Fail(absl::InternalError(StrCat("short write to ", path)), "io");
   }
+  // Hashed as it arrives (a resumed file's earlier bytes first), so the
+  // check at the end does not read the copy again.
+  auto& h = hashes_[c.path()];
+  if (!h.sha) {
+    h.sha = std::make_unique<Sha256>();
+    h.sha->UpdateFromFile(path, c.offset());
+    h.bytes = c.offset();
+  }
+  h.sha->Update(c.data().data(), c.data().size());
+  h.bytes += c.data().size();
   bytes_ += c.data().size();
   owner_->Count("fedgate_checkpoint_bytes_total", "received", static_cast<double>(n));
   return absl::OkStatus();
@@ -384,7 +420,8 @@ absl::StatusOr<v1::PushCheckpointResponse> CheckpointSync::Incoming::Finish() {
   Metrics* m = owner_->metrics_;
   if (present_) {
     resp_.set_already_present(true);
-    if (m != nullptr) m->Inc("fedgate_checkpoint_copies_total", {{"direction", "received"}, {"result", "present"}});
+    if (m != nullptr)
+      m->Inc("fedgate_checkpoint_copies_total", {{"direction", "received"}, {"result", "present"}});
     return resp_;
   }
   const bool single = manifest_.size() == 1 && manifest_[0].path().empty();
@@ -397,7 +434,11 @@ absl::StatusOr<v1::PushCheckpointResponse> CheckpointSync::Incoming::Finish() {
     listed.insert(path);
     std::error_code ec;
     const auto size = fs::file_size(path, ec);
-    auto sha = ec ? absl::StatusOr<std::string>(absl::NotFoundError("missing")) : Sha256File(path);
+    auto h = hashes_.find(f.path());
+    auto sha = ec ? absl::StatusOr<std::string>(absl::NotFoundError("missing"))
+               : h != hashes_.end() && h->second.bytes == f.size_bytes()
+                   ? absl::StatusOr<std::string>(h->second.sha->Hex())
+                   : Sha256File(path);
     if (ec || size != f.size_bytes() || !sha.ok() || *sha != f.sha256()) {
       // Nothing half-copied becomes visible: the staging goes, the sender
       // starts over.
@@ -422,8 +463,10 @@ absl::StatusOr<v1::PushCheckpointResponse> CheckpointSync::Incoming::Finish() {
     return Fail(absl::InternalError(StrCat("cannot publish ", target)), "io");
   }
   if (single) fs::remove_all(staging_, ec);
-  if (m != nullptr) m->Inc("fedgate_checkpoint_copies_total", {{"direction", "received"}, {"result", "ok"}});
-  spdlog::info("job {}: checkpoint step-{} received from {} ({} bytes)", job_, step_, from_, bytes_);
+  if (m != nullptr)
+    m->Inc("fedgate_checkpoint_copies_total", {{"direction", "received"}, {"result", "ok"}});
+  spdlog::info("job {}: checkpoint step-{} received from {} ({} bytes)", job_, step_, from_,
+               bytes_);
   return resp_;
 }
 

@@ -25,6 +25,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "fedgate/v1/federation.grpc.pb.h"
+#include "gateway/jobs/checkpoint_files.h"
 #include "gateway/jobs/participant.h"
 
 namespace fedgate::gateway {
@@ -54,7 +55,8 @@ class CheckpointSync {
 
    private:
     friend class CheckpointSync;
-    explicit Incoming(CheckpointSync* owner, std::string from) : owner_(owner), from_(std::move(from)) {}
+    explicit Incoming(CheckpointSync* owner, std::string from)
+        : owner_(owner), from_(std::move(from)) {}
     absl::Status Begin(const v1::CheckpointChunk& first);
     absl::Status Fail(absl::Status st, const char* reason);
     CheckpointSync* owner_;
@@ -64,6 +66,11 @@ class CheckpointSync {
     uint64_t bytes_ = 0;
     v1::PushCheckpointResponse resp_;
     std::vector<v1::CheckpointFile> manifest_;
+    struct Hashing {
+      std::unique_ptr<Sha256> sha;
+      uint64_t bytes = 0;
+    };
+    std::map<std::string, Hashing> hashes_;  // by path, as chunks arrive
   };
   std::unique_ptr<Incoming> Receive(const std::string& from) {
     return std::unique_ptr<Incoming>(new Incoming(this, from));
@@ -86,7 +93,7 @@ class CheckpointSync {
                     const std::string& to);
   absl::Status PushFiles(v1::PeerService::Stub* stub, const std::string& job,
                          const std::string& step_path, uint64_t step,
-                         const std::vector<v1::CheckpointFile>& manifest,
+                         std::vector<v1::CheckpointFile> manifest,
                          const v1::CheckpointProgressResponse& have);
   void Count(const char* name, const std::string& reason, double by = 1);
   bool ClaimIncoming(const std::string& key);

@@ -44,9 +44,9 @@ void Coordinator::JudgeReplace(JobRecord job, v1::RunPlan run,
   };
   const uint32_t restart_before = run.restart();
   const bool was_replacing = run.has_replacing();
-  const WorldVerdict v = federation::JudgeWorld(job.spec, now, lease_ms_,
-                                                core_->config().jobs.replace_timeout_ms, answers,
-                                                &last_ok_[job.id], gbps, &run);
+  const WorldVerdict v =
+      federation::JudgeWorld(job.spec, now, lease_ms_, core_->config().jobs.replace_timeout_ms,
+                             answers, &last_ok_[job.id], gbps, &run);
   copy_asks_[job.id] = v.copy_to;
   switch (v.kind) {
     case WorldVerdict::kSucceeded:
@@ -69,7 +69,8 @@ void Coordinator::JudgeReplace(JobRecord job, v1::RunPlan run,
   }
   if (v.changed || (!v.status.empty() && v.status != job.reason)) {
     if (!was_replacing && run.has_replacing()) {
-      spdlog::warn("job {}: world {} lost a slice: {}", job.id, restart_before, run.replacing().why());
+      spdlog::warn("job {}: world {} lost a slice: {}", job.id, restart_before,
+                   run.replacing().why());
     }
     job.run = run.SerializeAsString();
     job.reason = v.status.empty() ? job.reason : v.status;
@@ -79,7 +80,8 @@ void Coordinator::JudgeReplace(JobRecord job, v1::RunPlan run,
   if (!v.halt.empty()) Halt(job, run, v.halt);
 }
 
-void Coordinator::Halt(const JobRecord& job, const v1::RunPlan& run, const std::vector<int>& which) {
+void Coordinator::Halt(const JobRecord& job, const v1::RunPlan& run,
+                       const std::vector<int>& which) {
   for (int i : which) {
     const std::string site = run.sites(i).site();
     v1::AbortRequest a;
@@ -89,9 +91,10 @@ void Coordinator::Halt(const JobRecord& job, const v1::RunPlan& run, const std::
     participants_->Abort(site, std::move(a), rpc_timeout_ms(),
                          [id = job.id, site](absl::StatusOr<v1::AbortResponse> r) {
                            if (!r.ok()) {
-                             spdlog::info("job {}: halting the ranks at {}: {} (asked again next "
-                                          "renewal)",
-                                          id, site, std::string(r.status().message()));
+                             spdlog::info(
+                                 "job {}: halting the ranks at {}: {} (asked again next "
+                                 "renewal)",
+                                 id, site, std::string(r.status().message()));
                            }
                          });
   }
@@ -126,7 +129,8 @@ void Coordinator::DriveReplacement(JobRecord job, const std::vector<std::string>
 bool Coordinator::ReplaceSlice(JobRecord* job, v1::RunPlan* run, int idx,
                                const std::vector<std::string>& unreachable) {
   const v1::SiteRun old = run->sites(idx);
-  const std::string why = StrCat("replacing slice of ", old.site(), " (", run->replacing().why(), ")");
+  const std::string why =
+      StrCat("replacing slice of ", old.site(), " (", run->replacing().why(), ")");
   auto wait = [&](const std::string& reason) {
     if (job->reason != reason) {
       job->reason = reason;
@@ -150,8 +154,7 @@ bool Coordinator::ReplaceSlice(JobRecord* job, v1::RunPlan* run, int idx,
                        plan.ok() ? plan->summary() : std::string(plan.status().message())));
   }
   const std::string target = plan->sites(0);
-  const uint64_t epoch = last_epoch_ =
-      std::max<uint64_t>(last_epoch_ + 1, core_->clock()->NowMs());
+  const uint64_t epoch = last_epoch_ = std::max<uint64_t>(last_epoch_ + 1, core_->clock()->NowMs());
   bool has_rank0 = false;
   for (const auto& r : old.ranks()) has_rank0 = has_rank0 || r.rank() == 0;
   wait(StrCat(why, ": reserving on ", target));

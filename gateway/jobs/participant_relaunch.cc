@@ -28,8 +28,8 @@ absl::StatusOr<v1::CommitResponse> Participant::Relaunch(const std::string& from
     if (auto st = ledger_.CheckOwner(key.job_id(), from); !st.ok()) return st;
     auto it = slices_.find({key.job_id(), key.epoch()});
     if (it == slices_.end() || it->second.released || it->second.key.attempt() != key.attempt()) {
-      return absl::NotFoundError(StrCat("no held slice of job ", key.job_id(), " at epoch ",
-                                        key.epoch(), " to restart"));
+      return absl::NotFoundError(
+          StrCat("no held slice of job ", key.job_id(), " at epoch ", key.epoch(), " to restart"));
     }
     Slice& s = it->second;
     if (req.restart() <= s.restart) return v1::CommitResponse();  // this world runs already
@@ -39,8 +39,8 @@ absl::StatusOr<v1::CommitResponse> Participant::Relaunch(const std::string& from
     }
     const federation::Hold* held = ledger_.Find(key.job_id(), key.epoch());
     if (held == nullptr) {
-      return absl::NotFoundError(StrCat("no live hold of job ", key.job_id(), " at epoch ",
-                                        key.epoch()));
+      return absl::NotFoundError(
+          StrCat("no live hold of job ", key.job_id(), " at epoch ", key.epoch()));
     }
     auto gpu_of = MatchRanksToHold(*held, req);
     if (!gpu_of.ok()) return gpu_of.status();
@@ -107,8 +107,8 @@ std::vector<Participant::CheckpointJob> Participant::CheckpointJobs() {
   return out;
 }
 
-absl::StatusOr<Participant::CheckpointJob> Participant::CheckpointReceiver(
-    const std::string& from, const std::string& job) {
+absl::StatusOr<Participant::CheckpointJob> Participant::CheckpointReceiver(const std::string& from,
+                                                                           const std::string& job) {
   if (auto st = CheckJobId(job); !st.ok()) return st;
   std::lock_guard lock(mu_);
   for (auto it = slices_.lower_bound({job, 0}); it != slices_.end() && it->first.first == job;
