@@ -185,6 +185,7 @@ class Coordinator {
   std::atomic<int64_t> worst_gap_ms_{0};
   std::mutex wake_mu_;
   std::condition_variable wake_;
+  bool place_now_ ABSL_GUARDED_BY(wake_mu_) = false;
   std::atomic<bool> stop_{false};
   std::thread placer_, renewer_;
 };

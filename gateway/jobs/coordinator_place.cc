@@ -3,7 +3,9 @@
 // (coordinator_reserve.cc). Also the fair-share usage it ranks tenants by.
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <set>
+#include <utility>
 
 #include "base/str_cat.h"
 #include "federation/duration.h"
@@ -57,7 +59,10 @@ federation::FairShare Coordinator::CurrentShare() {
 void Coordinator::PlaceLoop() {
   while (!stop_) {
     PlacePass();
-    Sleep(kPlacePassMs);
+    // A world restart ready for its replacement or its new world wakes it.
+    std::unique_lock lock(wake_mu_);
+    wake_.wait_for(lock, std::chrono::milliseconds(kPlacePassMs),
+                   [&] { return stop_.load() || std::exchange(place_now_, false); });
   }
 }
 

@@ -78,6 +78,13 @@ void Coordinator::JudgeReplace(JobRecord job, v1::RunPlan run,
     if (!Save(&job)) return;  // cancelled meanwhile: its cancel stops every rank
   }
   if (!v.halt.empty()) Halt(job, run, v.halt);
+  if (v.wake_placer) {
+    {
+      std::lock_guard lock(wake_mu_);
+      place_now_ = true;
+    }
+    wake_.notify_all();
+  }
 }
 
 void Coordinator::Halt(const JobRecord& job, const v1::RunPlan& run,

@@ -5,7 +5,6 @@
 // job stays RUNNING in attempt 1, the survivors' GPUs are never free, the
 // lost slice is reserved again on the spare site, and the final weights
 // equal those of an uninterrupted run.
-#include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -26,24 +25,8 @@ const char* kSites[] = {"site-a", "site-b", "site-c", "site-d"};
 
 std::string Trainer() { return std::string(FEDGATE_SOURCE_DIR) + "/deploy/workload/torch_trainer.py"; }
 
-// Rank processes of a job (optionally at one site), found by their
-// environment: what a site killed -9 with its ranks leaves to kill.
 std::vector<pid_t> RankPids(const std::string& job, const std::string& site = "") {
-  std::vector<pid_t> out;
-  DIR* d = ::opendir("/proc");
-  if (d == nullptr) return out;
-  while (dirent* e = ::readdir(d)) {
-    const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
-    if (pid <= 0) continue;
-    std::ifstream in("/proc/" + std::string(e->d_name) + "/environ", std::ios::binary);
-    std::string env((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    auto has = [&](const std::string& kv) { return env.find(std::string(1, '\0') + kv + '\0') != std::string::npos || env.rfind(kv + '\0', 0) == 0; };
-    if (has("FEDGATE_JOB_ID=" + job) && (site.empty() || has("FEDGATE_SITE=" + site))) {
-      out.push_back(pid);
-    }
-  }
-  ::closedir(d);
-  return out;
+  return JobRankPids(job, site);
 }
 
 class ReplaceTest : public JobsTest {

@@ -100,6 +100,23 @@ void EndSliceCgroups(const std::string& site, const std::string& data_dir) {
   }
 }
 
+std::vector<pid_t> JobRankPids(const std::string& job, const std::string& site) {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    const pid_t pid = static_cast<pid_t>(std::atoi(e.path().filename().c_str()));
+    if (pid <= 0) continue;
+    std::ifstream in(e.path() / "environ", std::ios::binary);
+    std::string env((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    env.insert(env.begin(), '\0');
+    auto has = [&](const std::string& kv) { return env.find('\0' + kv + '\0') != std::string::npos; };
+    if (has("FEDGATE_JOB_ID=" + job) && (site.empty() || has("FEDGATE_SITE=" + site))) {
+      out.push_back(pid);
+    }
+  }
+  return out;
+}
+
 bool Eventually(const std::function<bool()>& cond, int timeout_ms, int poll_ms) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (true) {

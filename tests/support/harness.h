@@ -35,6 +35,11 @@ int FreePort();
 // cgroups are not touched: they may use the same site name.
 void EndSliceCgroups(const std::string& site, const std::string& data_dir);
 
+// Rank processes of a job (at one site, when given), found by their
+// environment (FEDGATE_JOB_ID, FEDGATE_SITE): what a site killed -9 with
+// its ranks leaves to kill.
+std::vector<pid_t> JobRankPids(const std::string& job, const std::string& site = "");
+
 // Polls `cond` every `poll_ms` until it holds or `timeout_ms` passes.
 bool Eventually(const std::function<bool()>& cond, int timeout_ms, int poll_ms = 50);
 
