@@ -200,6 +200,8 @@ class Participant {
       const LaunchPlan& plan, const v1::CommitRequest& req, int i) const;
   void LaunchRanks(const LaunchPlan& plan, const v1::CommitRequest& req, Slice* out,
                    v1::SliceRecord* rec);
+  // What a restart needs to know of the slice besides its ranks.
+  void FillRecord(const LaunchPlan& plan, const v1::CommitRequest& req, v1::SliceRecord* rec);
   void RecordSlice(const LaunchPlan& plan, const Slice& launched, const v1::SliceRecord& rec,
                    bool open_usage = true);
   void AttachLaunched(const v1::ReservationKey& key, Slice launched);

@@ -127,7 +127,11 @@ absl::StatusOr<v1::CommitResponse> Participant::Commit(const std::string& from,
   }
   Slice launched;
   v1::SliceRecord rec;
-  if (!req.park()) LaunchRanks(*plan, req, &launched, &rec);
+  if (req.park()) {
+    FillRecord(*plan, req, &rec);
+  } else {
+    LaunchRanks(*plan, req, &launched, &rec);
+  }
   RecordSlice(*plan, launched, rec);
   AttachLaunched(key, std::move(launched));
   CrashPoint("participant-after-commit");
@@ -234,9 +238,8 @@ std::vector<std::pair<std::string, std::string>> Participant::RankEnvironment(
   return env;
 }
 
-void Participant::LaunchRanks(const LaunchPlan& plan, const v1::CommitRequest& req, Slice* out,
-                              v1::SliceRecord* rec) {
-  const auto& key = req.key();
+void Participant::FillRecord(const LaunchPlan& plan, const v1::CommitRequest& req,
+                             v1::SliceRecord* rec) {
   rec->set_cgroup(plan.cgroup);
   rec->set_coordinator(plan.hold.coordinator);
   rec->set_tenant(plan.hold.tenant);
@@ -251,6 +254,16 @@ void Participant::LaunchRanks(const LaunchPlan& plan, const v1::CommitRequest& r
   rec->set_started_at_unix_ms(plan.started_at_ms);
   rec->set_master_port(plan.hold.master_port);
   for (const auto& [node, alloc] : plan.reservation) (*rec->mutable_backend_ids())[node] = alloc.first;
+  rec->set_restart(req.restart());
+  rec->set_keep_hold(req.keep_hold());
+  rec->set_checkpoint_keep(req.checkpoint_keep());
+  *rec->mutable_world_sites() = req.world_sites();
+}
+
+void Participant::LaunchRanks(const LaunchPlan& plan, const v1::CommitRequest& req, Slice* out,
+                              v1::SliceRecord* rec) {
+  const auto& key = req.key();
+  FillRecord(plan, req, rec);
   for (int i = 0; i < req.ranks_size(); ++i) {
     const auto& r = req.ranks(i);
     auto env = RankEnvironment(plan, req, i);

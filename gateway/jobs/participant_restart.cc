@@ -134,6 +134,13 @@ bool Participant::ReattachLocked(const StoredSlice& row, const v1::SliceRecord& 
   s.preemptible = rec.preemptible();
   s.started_at_ms = rec.started_at_unix_ms();
   s.cgroup = rec.cgroup();
+  s.restart = rec.restart();
+  s.keep_hold = rec.keep_hold();
+  s.checkpoint_keep = rec.checkpoint_keep();
+  s.world_sites.assign(rec.world_sites().begin(), rec.world_sites().end());
+  // A replacement committed parked: its GPUs wait for the next world.
+  s.parked = rec.keep_hold() && rec.ranks().empty();
+  if (s.parked) s.state = SliceState::HELD;
   for (const auto& g : h.gpus) s.gpus_by_node[g.node] += g.indices.size();
   // A fresh lease: the coordinator's renewals find the slice again.
   s.lease_ms = federation::ClampMs(rec.lease_ms(), 1000, 60 * 60 * 1000);

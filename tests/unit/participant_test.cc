@@ -476,5 +476,24 @@ TEST_F(ParticipantTest, OnlySitesOfTheWorldMaySendAJobsCheckpoints) {
   EXPECT_EQ(jobs[0].keep, 2u);
 }
 
+TEST_F(ParticipantTest, AParkedReplacementOutlivesAGatewayRestartAndStartsItsWorldAfter) {
+  Hold(2);
+  v1::CommitRequest park = Keep(Run(2), 0);
+  park.set_park(true);
+  ASSERT_TRUE(p_->Commit("bj", park).ok());
+  p_->Stop();  // no rank ran: nothing to detach
+  p_ = Make();
+  runner_->SetSupervised(true);
+  p_->Start();
+  auto st = StatusOf();
+  EXPECT_TRUE(st.parked()) << "re-attached parked, from its stored record";
+  EXPECT_EQ(p_->FreeGpus()["n1"], 2u);
+  ASSERT_TRUE(p_->CheckpointReceiver("site-b", kJob).ok()) << "its world is remembered";
+  ASSERT_TRUE(p_->Commit("bj", Keep(Run(2), 1)).ok());
+  ASSERT_EQ(runner_->launched().size(), 2u);
+  EXPECT_EQ(EnvOf(runner_->launched()[0].spec, "FEDGATE_RESTART"), "1");
+  p_->Stop();
+}
+
 }  // namespace
 }  // namespace fedgate::gateway
