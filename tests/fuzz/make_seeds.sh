@@ -7,7 +7,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 proto="$here/../../proto"
 c="$here/corpus"
 rm -rf "$c"
-mkdir -p "$c"/{job_spec_fuzz,config_fuzz,rest_fuzz,control_fuzz,peer_fuzz,ad_verify_fuzz}
+mkdir -p "$c"/{job_spec_fuzz,config_fuzz,rest_fuzz,control_fuzz,peer_fuzz,ad_verify_fuzz,checkpoint_fuzz}
 
 enc() {  # MESSAGE (text format on stdin) -> binary on stdout
   protoc -I"$proto" --encode="fedgate.v1.$1" "$proto"/fedgate/v1/*.proto
@@ -137,3 +137,29 @@ echo 'origin: "site-c" seq: 1 issued_at_unix_ms: 1700000000000 ttl_ms: 10000' | 
 echo 'origin: "site-b" seq: 6 issued_at_unix_ms: 1700000000000 ttl_ms: 10000 withdrawn: true' |
   signed_ad withdrawn
 echo "wrote $(find "$c" -type f | wc -l) seeds under $c"
+
+# Checkpoint copies: a selector byte (even: site-b, of the job's world; odd:
+# site-c), then framed CheckpointChunk messages (see checkpoint_fuzz.cc).
+J='job_id: "j-00000000000000cc"'
+sha=$(printf 'weights' | sha256sum | cut -d' ' -f1)
+{
+  printf '\x00'
+  echo "site: \"site-b\" $J step: 8" | enc CheckpointChunk | frame
+  echo 'path: "" offset: 0 data: "weights"' | enc CheckpointChunk | frame
+  echo "last: true manifest { path: \"\" size_bytes: 7 sha256: \"$sha\" }" | enc CheckpointChunk | frame
+} >"$c/checkpoint_fuzz/file"
+{
+  printf '\x00'
+  echo "site: \"site-b\" $J step: 9" | enc CheckpointChunk | frame
+  echo 'path: "w/a.bin" offset: 0 data: "weights"' | enc CheckpointChunk | frame
+  echo "last: true manifest { path: \"w/a.bin\" size_bytes: 7 sha256: \"$sha\" }" | enc CheckpointChunk | frame
+} >"$c/checkpoint_fuzz/folder"
+{
+  printf '\x00'
+  echo "site: \"site-b\" $J step: 10" | enc CheckpointChunk | frame
+  echo 'path: "../escape" offset: 0 data: "x"' | enc CheckpointChunk | frame
+} >"$c/checkpoint_fuzz/escape"
+{
+  printf '\x01'
+  echo "site: \"site-c\" $J step: 8" | enc CheckpointChunk | frame
+} >"$c/checkpoint_fuzz/outsider"
