@@ -240,7 +240,10 @@ absl::Status Gateway::MakeJobs() {
         std::make_unique<Coordinator>(core_.get(), job_store_.get(), participant_client_.get());
     checkpoints_ = std::make_unique<CheckpointSync>(
         config_.site, participant_.get(),
-        [client = participant_client_.get()](const std::string& site) { return client->Stub(site); },
+        // A site known to be down is not tried (its copy waits for it).
+        [client = participant_client_.get(), core = core_.get()](const std::string& site) {
+          return core->DownPeers().contains(site) ? nullptr : client->Stub(site);
+        },
         metrics_.get());
     CheckpointSync::DescribeMetrics(metrics_.get());
     participant_->SetOnCheckpointAsk([c = checkpoints_.get()](const std::string& job, uint64_t step,

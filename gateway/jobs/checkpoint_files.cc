@@ -1,7 +1,12 @@
 #include "gateway/jobs/checkpoint_files.h"
 
+#include <fcntl.h>
 #include <openssl/evp.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <filesystem>
@@ -149,16 +154,58 @@ bool SafeRelativePath(const std::string& path) {
   return true;
 }
 
-std::vector<uint64_t> PruneCheckpoints(const std::string& dir, uint32_t keep) {
+std::vector<uint64_t> PruneCheckpoints(const std::string& dir, uint32_t keep,
+                                       const std::string& trash) {
   auto steps = ListCheckpointSteps(dir);
   std::vector<uint64_t> removed;
-  if (keep == 0 || steps.size() <= keep) return removed;
+  if (keep == 0 || steps.size() <= keep || !MakePrivateDir(trash).ok()) return removed;
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dfd < 0) return removed;
   for (size_t i = 0; i + keep < steps.size(); ++i) {
+    const std::string gone = StrCat(trash, "/pruned-", ::getpid(), "-", steps[i]);
     std::error_code ec;
-    fs::remove_all(fs::path(dir) / StepName(steps[i]), ec);
-    if (!ec) removed.push_back(steps[i]);
+    fs::remove_all(gone, ec);
+    if (::renameat(dfd, StepName(steps[i]).c_str(), AT_FDCWD, gone.c_str()) != 0) continue;
+    fs::remove_all(gone, ec);
+    removed.push_back(steps[i]);
   }
+  ::close(dfd);
   return removed;
+}
+
+absl::Status PublishInto(const std::string& from, const std::string& dir, const std::string& name) {
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dfd < 0) return absl::InternalError(StrCat("cannot open ", dir, ": ", std::strerror(errno)));
+  const int rc = ::renameat(AT_FDCWD, from.c_str(), dfd, name.c_str());
+  const int err = errno;
+  ::close(dfd);
+  if (rc != 0) {
+    return absl::InternalError(StrCat("cannot publish ", dir, "/", name, ": ", std::strerror(err)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> OpenCheckpointFile(const std::string& path, const uid_t* owner) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return absl::NotFoundError(StrCat(path, ": ", std::strerror(errno)));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (owner != nullptr && st.st_uid != *owner)) {
+    ::close(fd);
+    return absl::PermissionDeniedError(
+        StrCat(path, " is not a regular file of the ranks' user: not copied"));
+  }
+  return fd;
+}
+
+absl::Status MakePrivateDir(const std::string& path) {
+  std::error_code ec;
+  fs::create_directories(path, ec);
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid()) {
+    return absl::InternalError(StrCat(path, " is not a folder of the gateway's own"));
+  }
+  ::chmod(path.c_str(), 0700);
+  return absl::OkStatus();
 }
 
 void ChownTree(const std::string& path, uid_t uid, gid_t gid) {

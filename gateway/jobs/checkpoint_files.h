@@ -57,8 +57,24 @@ absl::StatusOr<std::vector<v1::CheckpointFile>> CheckpointFiles(const std::strin
 // relative, no "." or ".." parts, no empty parts, at most 1024 bytes.
 bool SafeRelativePath(const std::string& path);
 
-// Removes all but the newest `keep` steps; returns what it removed.
-std::vector<uint64_t> PruneCheckpoints(const std::string& dir, uint32_t keep);
+// Removes all but the newest `keep` steps; returns what it removed. Each is
+// first moved into `trash` (the gateway's own folder on the same file
+// system), so that a rank swapping a folder for a link cannot steer the
+// removal elsewhere.
+std::vector<uint64_t> PruneCheckpoints(const std::string& dir, uint32_t keep,
+                                       const std::string& trash);
+
+// Moves `from` (in the gateway's staging) to `dir`/`name` without following
+// a link in place of `dir`; EEXIST-like failures leave `from` where it is.
+absl::Status PublishInto(const std::string& from, const std::string& dir, const std::string& name);
+
+// Opens a checkpoint file for reading without following a link at its last
+// component; with `owner` set, refuses a file another user owns (a rank
+// cannot have the gateway read what the rank could not).
+absl::StatusOr<int> OpenCheckpointFile(const std::string& path, const uid_t* owner);
+
+// A gateway-owned folder (0700), made when missing.
+absl::Status MakePrivateDir(const std::string& path);
 
 // Hands a file tree to the ranks' user (chown -R), where the gateway
 // switches users.

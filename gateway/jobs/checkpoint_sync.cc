@@ -7,7 +7,6 @@
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 
 #include "base/str_cat.h"
 #include "gateway/jobs/checkpoint_files.h"
@@ -31,7 +30,11 @@ int64_t SteadyMs() {
       .count();
 }
 
-std::string StagingName(uint64_t step) { return StrCat(".fedgate-in-", step); }
+// A copy being received: in the gateway's own staging folder, never in the
+// ranks' (which a rank could fill with links).
+std::string StagingPath(const std::string& root, const std::string& job, uint64_t step) {
+  return StrCat(root, "/", job, "-in-", step);
+}
 
 std::string StagedPath(const std::string& staging, const std::string& rel) {
   return rel.empty() ? StrCat(staging, "/", kSingleFile) : StrCat(staging, "/", rel);
@@ -140,7 +143,7 @@ void CheckpointSync::Pass() {
       Count("fedgate_checkpoint_errors_total", "malformed_name");
     }
     if (steps.size() > j.keep) {
-      for (uint64_t gone : PruneCheckpoints(j.dir, j.keep)) {
+      for (uint64_t gone : PruneCheckpoints(j.dir, j.keep, j.staging)) {
         spdlog::info("job {}: checkpoint step-{} removed (keep {})", j.job_id, gone, j.keep);
       }
       steps = ListCheckpointSteps(j.dir);
@@ -233,6 +236,8 @@ absl::Status CheckpointSync::PushFiles(v1::PeerService::Stub* stub, const std::s
   head.set_step(step);
   bool ok = writer->Write(head);
   std::vector<char> buf(kChunkBytes);
+  const RankUser& user = participant_->rank_user();
+  const uid_t* owner = user.switch_user ? &user.uid : nullptr;
   for (auto& f : manifest) {
     if (!ok) break;
     const std::string src = f.path().empty() ? step_path : StrCat(step_path, "/", f.path());
@@ -240,42 +245,41 @@ absl::Status CheckpointSync::PushFiles(v1::PeerService::Stub* stub, const std::s
     if (auto it = have.received_bytes().find(f.path()); it != have.received_bytes().end()) {
       offset = it->second <= f.size_bytes() ? it->second : 0;
     }
-    std::ifstream in(src, std::ios::binary);
-    if (!in) {
+    auto fd = OpenCheckpointFile(src, owner);
+    if (!fd.ok()) {
       ctx.TryCancel();
-      return absl::NotFoundError(StrCat(src, " was removed while it was copied"));
+      return absl::IsPermissionDenied(fd.status())
+                 ? fd.status()
+                 : absl::NotFoundError(StrCat(src, " was removed while it was copied"));
     }
+    struct Close {
+      int fd;
+      ~Close() { ::close(fd); }
+    } close_fd{*fd};
     // What the receiver has is hashed here too, read but not sent.
     Sha256 sha;
-    for (uint64_t at = 0; at < offset;) {
-      const size_t want = std::min<uint64_t>(buf.size(), offset - at);
-      in.read(buf.data(), static_cast<std::streamsize>(want));
-      if (static_cast<size_t>(in.gcount()) != want) {
+    uint64_t at = 0;
+    while (ok && at < f.size_bytes()) {
+      const size_t want = std::min<uint64_t>(buf.size(), f.size_bytes() - at);
+      const ssize_t got = ::pread(*fd, buf.data(), want, static_cast<off_t>(at));
+      if (got != static_cast<ssize_t>(want)) {
         ctx.TryCancel();
         return absl::NotFoundError(StrCat(src, " shrank or vanished while it was copied"));
       }
       sha.Update(buf.data(), want);
+      if (at >= offset) {
+        v1::CheckpointChunk c;
+        c.set_path(f.path());
+        c.set_offset(at);
+        c.set_data(buf.data(), want);
+        ok = writer->Write(c);
+        Count("fedgate_checkpoint_bytes_total", "sent", static_cast<double>(want));
+      }
       at += want;
     }
-    while (ok && offset < f.size_bytes()) {
-      const size_t want = std::min<uint64_t>(buf.size(), f.size_bytes() - offset);
-      in.read(buf.data(), static_cast<std::streamsize>(want));
-      if (static_cast<size_t>(in.gcount()) != want) {
-        ctx.TryCancel();
-        return absl::NotFoundError(StrCat(src, " shrank or vanished while it was copied"));
-      }
-      sha.Update(buf.data(), want);
-      v1::CheckpointChunk c;
-      c.set_path(f.path());
-      c.set_offset(offset);
-      c.set_data(buf.data(), want);
-      ok = writer->Write(c);
-      offset += want;
-      Count("fedgate_checkpoint_bytes_total", "sent", static_cast<double>(want));
-    }
     if (!ok) break;
-    in.peek();
-    if (!in.eof()) {
+    char extra = 0;
+    if (::pread(*fd, &extra, 1, static_cast<off_t>(at)) != 0) {
       ctx.TryCancel();
       return absl::NotFoundError(StrCat(src, " grew while it was copied"));
     }
@@ -315,7 +319,7 @@ absl::StatusOr<v1::CheckpointProgressResponse> CheckpointSync::Progress(
     resp.set_present(true);
     return resp;
   }
-  const std::string staging = StrCat(j->dir, "/", StagingName(req.step()));
+  const std::string staging = StagingPath(j->staging, req.job_id(), req.step());
   for (fs::recursive_directory_iterator it(staging, ec), end; !ec && it != end; it.increment(ec)) {
     if (!it->is_regular_file()) continue;
     std::string rel = fs::relative(it->path(), staging).string();
@@ -349,6 +353,7 @@ absl::Status CheckpointSync::Incoming::Begin(const v1::CheckpointChunk& first) {
   auto j = owner_->participant_->CheckpointReceiver(from_, job_);
   if (!j.ok()) return Fail(j.status(), "not_a_member");
   dir_ = j->dir;
+  staging_root_ = j->staging;
   if (!owner_->ClaimIncoming(StrCat(job_, "/", step_))) {
     return Fail(absl::AbortedError("the same step is being received from another copy"), "io");
   }
@@ -358,11 +363,12 @@ absl::Status CheckpointSync::Incoming::Begin(const v1::CheckpointChunk& first) {
     present_ = true;
     return absl::OkStatus();
   }
-  staging_ = StrCat(dir_, "/", StagingName(step_));
+  if (auto st = MakePrivateDir(staging_root_); !st.ok()) return Fail(st, "io");
+  staging_ = StagingPath(staging_root_, job_, step_);
   fs::create_directories(staging_, ec);
-  ::chmod(staging_.c_str(), 0700);
-  if (ec)
+  if (ec) {
     return Fail(absl::InternalError(StrCat("cannot create ", staging_, ": ", ec.message())), "io");
+  }
   return absl::OkStatus();
 }
 
@@ -456,11 +462,10 @@ absl::StatusOr<v1::PushCheckpointResponse> CheckpointSync::Incoming::Finish() {
   }
   const RankUser& user = owner_->participant_->rank_user();
   if (user.switch_user) ChownTree(staging_, user.uid, user.gid);
-  const std::string target = StrCat(dir_, "/", StepName(step_));
   const std::string from = single ? StagedPath(staging_, "") : staging_;
-  if (::rename(from.c_str(), target.c_str()) != 0) {
+  if (auto st = PublishInto(from, dir_, StepName(step_)); !st.ok()) {
     fs::remove_all(staging_, ec);
-    return Fail(absl::InternalError(StrCat("cannot publish ", target)), "io");
+    return Fail(st, "io");
   }
   if (single) fs::remove_all(staging_, ec);
   if (m != nullptr)

@@ -5,8 +5,11 @@
 // resumed where a broken copy stopped, checked by SHA-256, made visible at
 // the destination by rename), and only the newest `keep` stay. Copies run
 // one at a time on that thread: ads, renewals and reservation calls never
-// wait for them. The receiving side (Receive) writes under a hidden
-// staging name that never looks like step-<digits>.
+// wait for them. The ranks' folder is theirs and never trusted: files are
+// read without following links and only when the ranks' user owns them;
+// a copy is received in the gateway's own staging folder (never under a
+// name like step-<digits>) and moved into place through a descriptor that
+// does not follow a link; pruned steps are moved out before removal.
 #pragma once
 
 #include <atomic>
@@ -60,7 +63,7 @@ class CheckpointSync {
     absl::Status Begin(const v1::CheckpointChunk& first);
     absl::Status Fail(absl::Status st, const char* reason);
     CheckpointSync* owner_;
-    std::string from_, job_, dir_, staging_;
+    std::string from_, job_, dir_, staging_root_, staging_;
     uint64_t step_ = 0;
     bool begun_ = false, present_ = false, last_ = false, claimed_ = false;
     uint64_t bytes_ = 0;

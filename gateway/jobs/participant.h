@@ -106,7 +106,10 @@ class Participant {
   // A job whose checkpoints this site copies: where they are, how many to
   // keep, the other sites of its world, who owns the files.
   struct CheckpointJob {
-    std::string job_id, dir;
+    // dir: the ranks' folder (theirs: never trusted); staging: the gateway's
+    // own folder beside it (same file system, no rank may enter), where
+    // copies are received, and pruned steps are moved before removal.
+    std::string job_id, dir, staging;
     uint32_t keep = 0;
     std::vector<std::string> others;
   };

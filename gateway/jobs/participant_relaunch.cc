@@ -102,6 +102,7 @@ std::vector<Participant::CheckpointJob> Participant::CheckpointJobs() {
   std::vector<CheckpointJob> out;
   for (auto& [id, j] : jobs) {
     j.dir = CheckpointDir(id);
+    j.staging = StrCat(config_.executor.work_dir, "/.fedgate-staging");
     out.push_back(std::move(j));
   }
   return out;
@@ -121,6 +122,7 @@ absl::StatusOr<Participant::CheckpointJob> Participant::CheckpointReceiver(const
         j.job_id = job;
         j.keep = s.checkpoint_keep;
         j.dir = CheckpointDir(job);
+        j.staging = StrCat(config_.executor.work_dir, "/.fedgate-staging");
         return j;
       }
     }

@@ -118,12 +118,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
     }
   }
-  // Nothing but the job's folder and its checkpoints under the work root.
+  // Nothing but the job's folder, its checkpoints and the gateway's staging
+  // under the work root.
+  const std::string staging = w->work + "/.fedgate-staging";
   for (const auto& e : fs::recursive_directory_iterator(w->work)) {
     const std::string p = e.path().string();
-    if (p != w->work + "/" + kJob && p.rfind(w->dir, 0) != 0) std::abort();
+    if (p != w->work + "/" + kJob && p.rfind(w->dir, 0) != 0 && p.rfind(staging, 0) != 0) {
+      std::abort();
+    }
   }
   fs::remove_all(w->dir);
+  fs::remove_all(staging);
   fs::create_directories(w->dir);
   return 0;
 }

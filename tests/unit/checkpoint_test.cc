@@ -4,6 +4,8 @@
 // visible, and a broken-off copy resumes where it stopped.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -53,7 +55,8 @@ TEST(CheckpointFiles, ListingSeesStepsReportsMalformedNamesAndPruningKeepsTheNew
   std::vector<std::string> malformed;
   EXPECT_EQ(ListCheckpointSteps(dir, &malformed), (std::vector<uint64_t>{4, 8, 10, 12}));
   EXPECT_EQ(malformed, std::vector<std::string>{"step-x"});
-  EXPECT_EQ(PruneCheckpoints(dir, 2), (std::vector<uint64_t>{4, 8}));
+  EXPECT_EQ(PruneCheckpoints(dir, 2, tmp / "trash"), (std::vector<uint64_t>{4, 8}));
+  EXPECT_TRUE(fs::is_empty(tmp / "trash")) << "moved out, then removed";
   EXPECT_EQ(ListCheckpointSteps(dir), (std::vector<uint64_t>{10, 12}));
   EXPECT_TRUE(fs::exists(dir + "/step-x")) << "other names are left alone";
   EXPECT_TRUE(fs::exists(dir + "/trainer.tmp"));
@@ -78,6 +81,26 @@ TEST(CheckpointFiles, AManifestListsEveryFileOfAFolderWithItsDigest) {
   EXPECT_EQ((*one)[0].path(), "") << "a file checkpoint is one entry with no path";
   EXPECT_EQ(CheckpointManifest(tmp / "step-5").status().code(), absl::StatusCode::kNotFound)
       << "a checkpoint removed before its copy";
+}
+
+TEST(CheckpointFiles, TheGatewayReadsNoLinkAndNoFileOfAnotherUser) {
+  testing::TempDir tmp;
+  Write(tmp / "step-1", "w");
+  fs::create_symlink("/etc/hostname", tmp / "step-2");
+  const uid_t me = ::geteuid(), other = me + 12345;
+  auto fd = OpenCheckpointFile(tmp / "step-1", &me);
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  ::close(*fd);
+  EXPECT_EQ(OpenCheckpointFile(tmp / "step-1", &other).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_FALSE(OpenCheckpointFile(tmp / "step-2", nullptr).ok()) << "a link is not followed";
+  // A rank that swaps its checkpoint folder for a link: nothing lands there.
+  fs::create_directories(tmp / "elsewhere");
+  fs::create_symlink(tmp / "elsewhere", tmp / "ck");
+  Write(tmp / "staged", "x");
+  EXPECT_FALSE(PublishInto(tmp / "staged", tmp / "ck", "step-3").ok());
+  EXPECT_TRUE(fs::is_empty(tmp / "elsewhere"));
+  EXPECT_TRUE(PruneCheckpoints(tmp / "ck", 0, tmp / "trash").empty());
 }
 
 TEST(CheckpointFiles, PathsInsideACheckpointNeverLeaveIt) {
@@ -154,6 +177,9 @@ class ReceiveTest : public ::testing::Test {
     f->set_sha256(*Sha256File(tmp_ / "ref"));
     return c;
   }
+  std::string Staging(uint64_t step) {
+    return tmp_ / ("work/.fedgate-staging/" + std::string(kJob) + "-in-" + std::to_string(step));
+  }
   double Errors(const std::string& reason) {
     return metrics_.Get("fedgate_checkpoint_errors_total", {{"reason", reason}});
   }
@@ -177,7 +203,7 @@ TEST_F(ReceiveTest, ACompleteCopyAppearsAsTheStepByRename) {
   auto done = in->Finish();
   ASSERT_TRUE(done.ok()) << done.status();
   EXPECT_EQ(Read(dir_ + "/step-8"), "weights");
-  EXPECT_FALSE(fs::exists(dir_ + "/.fedgate-in-8")) << "no staging left behind";
+  EXPECT_FALSE(fs::exists(Staging(8))) << "no staging left behind";
   auto twin = sync_->Receive("site-b");
   EXPECT_EQ(twin->Add(Head(8)).code(), absl::StatusCode::kAborted)
       << "one copy of a step at a time";
@@ -199,7 +225,7 @@ TEST_F(ReceiveTest, ADigestMismatchDiscardsTheCopy) {
   auto done = in->Finish();
   EXPECT_EQ(done.status().code(), absl::StatusCode::kDataLoss) << done.status();
   EXPECT_TRUE(ListCheckpointSteps(dir_).empty());
-  EXPECT_FALSE(fs::exists(dir_ + "/.fedgate-in-8"));
+  EXPECT_FALSE(fs::exists(Staging(8)));
   EXPECT_EQ(Errors("digest_mismatch"), 1);
 }
 
