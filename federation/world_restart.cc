@@ -169,7 +169,10 @@ WorldVerdict JudgeWorld(const v1::JobSpec& spec, int64_t now_ms, int64_t lease_m
   std::vector<SliceStand> stand(run->sites_size());
   for (int i = 0; i < run->sites_size(); ++i) {
     int64_t& seen = last_ok->try_emplace(run->sites(i).site(), now_ms).first->second;
-    if (answers[i].ok()) seen = now_ms;
+    if (answers[i].ok()) {
+      v.worst_gap_ms = std::max(v.worst_gap_ms, now_ms - seen);
+      seen = now_ms;
+    }
     stand[i] = StandOf(answers[i], now_ms - seen, lease_ms);
     if (stand[i] == SliceStand::kPreempted) {
       v.kind = WorldVerdict::kPreempted;

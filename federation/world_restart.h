@@ -51,6 +51,8 @@ struct WorldVerdict {
   // that lack run.replacing.checkpoint_step.
   std::map<std::string, std::vector<std::string>> copy_to;
   std::string status;  // the job's reason while the world restarts ("" = keep)
+  // The longest time a slice of a site that answered went unrenewed.
+  int64_t worst_gap_ms = 0;
 };
 
 // `answers[i]` for run->sites(i) (then the home site's quota hold, when it

@@ -141,6 +141,9 @@ class Coordinator {
   // it cannot be had (the reason says why).
   bool ReplaceSlice(JobRecord* job, v1::RunPlan* run, int idx,
                     const std::vector<std::string>& unreachable);
+  // Moves `plan` to the site with the fastest links to the survivors.
+  void PreferFastLinks(const JobRecord& job, const v1::RunPlan& run, int idx,
+                       const v1::JobSpec& spec, v1::PlanResponse* plan);
   absl::StatusOr<v1::PrepareResponse> PrepareReplacement(const JobRecord& job,
                                                          const v1::PlanResponse& plan,
                                                          uint64_t epoch, bool rank0);

@@ -48,6 +48,9 @@ void Coordinator::JudgeReplace(JobRecord job, v1::RunPlan run,
       federation::JudgeWorld(job.spec, now, lease_ms_, core_->config().jobs.replace_timeout_ms,
                              answers, &last_ok_[job.id], gbps, &run);
   copy_asks_[job.id] = v.copy_to;
+  int64_t worst = worst_gap_ms_.load();
+  while (v.worst_gap_ms > worst && !worst_gap_ms_.compare_exchange_weak(worst, v.worst_gap_ms)) {
+  }
   switch (v.kind) {
     case WorldVerdict::kSucceeded:
       Succeeded(job, run, v.reason, now);
@@ -160,6 +163,7 @@ bool Coordinator::ReplaceSlice(JobRecord* job, v1::RunPlan* run, int idx,
     return wait(StrCat(why, ": waiting for capacity: ",
                        plan.ok() ? plan->summary() : std::string(plan.status().message())));
   }
+  PreferFastLinks(*job, *run, idx, spec, &*plan);
   const std::string target = plan->sites(0);
   const uint64_t epoch = last_epoch_ = std::max<uint64_t>(last_epoch_ + 1, core_->clock()->NowMs());
   bool has_rank0 = false;
@@ -207,6 +211,47 @@ bool Coordinator::ReplaceSlice(JobRecord* job, v1::RunPlan* run, int idx,
   *job = std::move(saved);
   *run = std::move(next);
   return true;
+}
+
+void Coordinator::PreferFastLinks(const JobRecord& job, const v1::RunPlan& run, int idx,
+                                  const v1::JobSpec& spec, v1::PlanResponse* plan) {
+  // Among the sites that could take the slice, the one whose slowest link
+  // to the surviving sites is fastest (an unmeasured link counts as 0); the
+  // placement objective breaks ties (its choice is tried first).
+  std::map<std::pair<std::string, std::string>, double> gbps;
+  const v1::ListLinksResponse links = core_->ListLinks();
+  for (const auto& l : links.links()) gbps[{l.from(), l.to()}] = l.gbps();
+  auto score = [&](const std::string& site) {
+    double worst = -1;
+    for (int i = 0; i < run.sites_size(); ++i) {
+      if (i == idx) continue;
+      const std::string& s = run.sites(i).site();
+      auto a = gbps.find({site, s}), b = gbps.find({s, site});
+      const double ab = a == gbps.end() ? 0 : a->second, ba = b == gbps.end() ? 0 : b->second;
+      // The slower direction where both are known (as placement does).
+      const double pair = a != gbps.end() && b != gbps.end() ? std::min(ab, ba) : std::max(ab, ba);
+      worst = worst < 0 ? pair : std::min(worst, pair);
+    }
+    return std::max(0.0, worst);
+  };
+  double best = score(plan->sites(0));
+  for (const auto& candidate : plan->explanation()) {
+    const std::string& site = candidate.site();
+    if (site == plan->sites(0) || score(site) <= best) continue;
+    v1::JobSpec one = spec;
+    if (!spec.allowed_sites().empty() &&
+        std::find(spec.allowed_sites().begin(), spec.allowed_sites().end(), site) ==
+            spec.allowed_sites().end()) {
+      continue;
+    }
+    one.clear_allowed_sites();
+    one.add_allowed_sites(site);
+    auto p = core_->Plan(one, {job.id, false});
+    if (p.ok() && p->placeable()) {
+      best = score(site);
+      *plan = std::move(*p);
+    }
+  }
 }
 
 absl::StatusOr<v1::PrepareResponse> Coordinator::PrepareReplacement(const JobRecord& job,

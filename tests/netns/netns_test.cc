@@ -431,6 +431,16 @@ TEST_F(NetnsFederation, AReplacedSliceGetsTheNewestCheckpointOverTheShapedLinks)
               writer.c_str(), other.c_str(), kBytes / 1048576.0, secs, copy_gbps, fedbench_gbps,
               copy_gbps / fedbench_gbps);
   EXPECT_GE(copy_gbps / fedbench_gbps, 0.90);
+  // The copy shares the a-b link with site-a's renewals of site-b's slice:
+  // the longest a slice went unrenewed, against the lease (3 s here).
+  auto metrics = Sh("ip netns exec " + Ns("a") + " /usr/bin/python3 -c \"import urllib.request; "
+                    "print(urllib.request.urlopen('http://127.0.0.1:9090/metrics').read().decode())\"");
+  const std::string gap_key = "\nfedgate_coordinator_worst_renew_gap_seconds ";
+  const auto gap_at = metrics.out.find(gap_key);
+  ASSERT_NE(gap_at, std::string::npos) << metrics.out << metrics.err;
+  const double gap = std::atof(metrics.out.c_str() + gap_at + gap_key.size());
+  std::printf("[ measure ] worst renewal gap at site-a while the copy ran: %.2f s (lease 3 s)\n", gap);
+  EXPECT_LT(gap, 1.5) << "a copy must not hold up renewals";
 
   // site-b goes, with its ranks; site-c takes its slice.
   // (site-a coordinates: losing it is the coordinator takeover's matter.)

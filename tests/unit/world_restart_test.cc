@@ -64,6 +64,7 @@ TEST_F(WorldRestartTest, ASilentSiteIsLostOnlyPastTheLeaseThenItsSliceIsReplaced
   Judge({Slice(State::RUNNING), Slice(State::RUNNING)}, 1000);
   auto v = Judge({Slice(State::RUNNING), absl::UnavailableError("down")}, 3500);
   EXPECT_FALSE(run_.has_replacing()) << "2.5 s of silence is within the lease";
+  EXPECT_EQ(v.worst_gap_ms, 2500) << "site b answered 2.5 s after its last answer";
   v = Judge({Slice(State::RUNNING), absl::UnavailableError("down")}, 4100);
   ASSERT_TRUE(run_.has_replacing());
   EXPECT_TRUE(v.changed);
