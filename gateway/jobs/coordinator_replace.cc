@@ -133,7 +133,9 @@ void Coordinator::DriveReplacement(JobRecord job, const std::vector<std::string>
   job.run = run.SerializeAsString();
   job.reason = federation::ReplacingStatus(run);
   job.updated_at_unix_ms = core_->clock()->NowMs();
-  Save(&job);
+  if (!Save(&job)) return;
+  // No checkpoint to wait for: the new world starts now, not a pass later.
+  if (run.replacing().stage() == Stage::RELAUNCH) RelaunchWorld(std::move(job), std::move(run));
 }
 
 bool Coordinator::ReplaceSlice(JobRecord* job, v1::RunPlan* run, int idx,
