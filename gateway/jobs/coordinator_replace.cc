@@ -70,7 +70,11 @@ void Coordinator::JudgeReplace(JobRecord job, v1::RunPlan run,
       spdlog::warn("job {}: re-sending commits: {}", job.id, std::string(c.message()));
     }
   }
-  if (v.changed || (!v.status.empty() && v.status != job.reason)) {
+  // While the placement thread reserves or relaunches, the reason is its
+  // to write: rewriting it here would make its compare-and-set lose.
+  const bool placer_owns = run.has_replacing() && (run.replacing().stage() == Stage::RESERVING ||
+                                                   run.replacing().stage() == Stage::RELAUNCH);
+  if (v.changed || (!placer_owns && !v.status.empty() && v.status != job.reason)) {
     if (!was_replacing && run.has_replacing()) {
       spdlog::warn("job {}: world {} lost a slice: {}", job.id, restart_before,
                    run.replacing().why());
