@@ -88,7 +88,10 @@ void CheckpointSync::Stop() {
     stop_ = true;
   }
   cv_.notify_all();
-  if (auto* ctx = active_.load()) ctx->TryCancel();
+  {
+    std::lock_guard lock(active_mu_);
+    if (active_ != nullptr) active_->TryCancel();
+  }
   if (thread_.joinable()) thread_.join();
 }
 
@@ -219,11 +222,17 @@ absl::Status CheckpointSync::PushFiles(v1::PeerService::Stub* stub, const std::s
                                        std::vector<v1::CheckpointFile> manifest,
                                        const v1::CheckpointProgressResponse& have) {
   grpc::ClientContext ctx;
-  active_ = &ctx;
+  {
+    std::lock_guard lock(active_mu_);
+    active_ = &ctx;
+  }
   struct Clear {
-    std::atomic<grpc::ClientContext*>* a;
-    ~Clear() { *a = nullptr; }
-  } clear{&active_};
+    CheckpointSync* self;
+    ~Clear() {
+      std::lock_guard lock(self->active_mu_);
+      self->active_ = nullptr;
+    }
+  } clear{this};
   {
     std::lock_guard lock(mu_);
     if (stop_) return absl::CancelledError("stopping");

@@ -116,7 +116,10 @@ class CheckpointSync {
   std::map<std::pair<std::string, std::string>, uint64_t> sent_;
   std::map<std::string, int64_t> retry_at_ms_;
   std::set<std::string> warned_;
-  std::atomic<grpc::ClientContext*> active_{nullptr};
+  // The copy in flight, cancelled by Stop (set and cleared by the copy
+  // thread, under the lock, so Stop never touches a finished one).
+  std::mutex active_mu_;
+  grpc::ClientContext* active_ ABSL_GUARDED_BY(active_mu_) = nullptr;
   std::thread thread_;
 };
 
