@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <future>
+#include <mutex>
 #include <thread>
 
 #include "gateway/jobs/participant.h"
@@ -62,6 +63,7 @@ class ParticipantTest : public ::testing::Test {
     p->SetRunner(std::move(runner));
     p->SetOnUsage([this](const std::vector<federation::UsageRecord>& recs) {
       usage_lock_free_ = LockIsFree(p_->mutex_for_test());
+      std::lock_guard lock(closed_mu_);
       closed_.insert(closed_.end(), recs.begin(), recs.end());
     });
     return p;
@@ -120,7 +122,23 @@ class ParticipantTest : public ::testing::Test {
   std::unique_ptr<Store> store_;
   std::unique_ptr<Participant> p_;
   FakeRankRunner* runner_ = nullptr;
+  // Written by whichever thread sweeps: the test's, or the sweeper that
+  // Start runs (after a restart).
+  std::mutex closed_mu_;
   std::vector<federation::UsageRecord> closed_;
+  // The closed records once there are `n` (5 s at most, real time): the
+  // sweeper thread may be the one that ends a slice.
+  std::vector<federation::UsageRecord> WaitClosed(size_t n) {
+    for (int i = 0; i < 500; ++i) {
+      {
+        std::lock_guard lock(closed_mu_);
+        if (closed_.size() >= n) return closed_;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    std::lock_guard lock(closed_mu_);
+    return closed_;
+  }
   bool usage_lock_free_ = false;
 };
 
@@ -350,8 +368,9 @@ TEST_F(ParticipantTest, AfterARestartSupervisedRanksAreFollowedToTheirEnd) {
   p_->Sweep();
   EXPECT_EQ(StatusOf().state(), v1::SliceStatusResponse::SUCCEEDED);
   EXPECT_EQ(p_->FreeGpus()["n1"], 4u);
-  ASSERT_EQ(closed_.size(), 1u);
-  EXPECT_EQ(closed_[0].reason, "succeeded");
+  const auto closed = WaitClosed(1);
+  ASSERT_EQ(closed.size(), 1u);
+  EXPECT_EQ(closed[0].reason, "succeeded");
 }
 
 
