@@ -21,23 +21,11 @@ constexpr size_t kChunkBytes = 1 << 20;
 constexpr int64_t kPassMs = 500;
 constexpr int64_t kRetryMs = 5000;
 constexpr int64_t kProgressTimeoutMs = 3000;
-// The staged file of a checkpoint that is one file (path "").
-constexpr const char* kSingleFile = ".fedgate-file";
 
 int64_t SteadyMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
-}
-
-// A copy being received: in the gateway's own staging folder, never in the
-// ranks' (which a rank could fill with links).
-std::string StagingPath(const std::string& root, const std::string& job, uint64_t step) {
-  return StrCat(root, "/", job, "-in-", step);
-}
-
-std::string StagedPath(const std::string& staging, const std::string& rel) {
-  return rel.empty() ? StrCat(staging, "/", kSingleFile) : StrCat(staging, "/", rel);
 }
 
 absl::Status FromGrpc(const grpc::Status& st) {
@@ -245,54 +233,18 @@ absl::Status CheckpointSync::PushFiles(v1::PeerService::Stub* stub, const std::s
   head.set_step(step);
   bool ok = writer->Write(head);
   std::vector<char> buf(kChunkBytes);
-  const RankUser& user = participant_->rank_user();
-  const uid_t* owner = user.switch_user ? &user.uid : nullptr;
   for (auto& f : manifest) {
     if (!ok) break;
-    const std::string src = f.path().empty() ? step_path : StrCat(step_path, "/", f.path());
     uint64_t offset = 0;
     if (auto it = have.received_bytes().find(f.path()); it != have.received_bytes().end()) {
       offset = it->second <= f.size_bytes() ? it->second : 0;
     }
-    auto fd = OpenCheckpointFile(src, owner);
-    if (!fd.ok()) {
+    auto sent = SendFile(writer.get(), step_path, offset, &buf, &f);
+    if (!sent.ok()) {
       ctx.TryCancel();
-      return absl::IsPermissionDenied(fd.status())
-                 ? fd.status()
-                 : absl::NotFoundError(StrCat(src, " was removed while it was copied"));
+      return sent.status();
     }
-    struct Close {
-      int fd;
-      ~Close() { ::close(fd); }
-    } close_fd{*fd};
-    // What the receiver has is hashed here too, read but not sent.
-    Sha256 sha;
-    uint64_t at = 0;
-    while (ok && at < f.size_bytes()) {
-      const size_t want = std::min<uint64_t>(buf.size(), f.size_bytes() - at);
-      const ssize_t got = ::pread(*fd, buf.data(), want, static_cast<off_t>(at));
-      if (got != static_cast<ssize_t>(want)) {
-        ctx.TryCancel();
-        return absl::NotFoundError(StrCat(src, " shrank or vanished while it was copied"));
-      }
-      sha.Update(buf.data(), want);
-      if (at >= offset) {
-        v1::CheckpointChunk c;
-        c.set_path(f.path());
-        c.set_offset(at);
-        c.set_data(buf.data(), want);
-        ok = writer->Write(c);
-        Count("fedgate_checkpoint_bytes_total", "sent", static_cast<double>(want));
-      }
-      at += want;
-    }
-    if (!ok) break;
-    char extra = 0;
-    if (::pread(*fd, &extra, 1, static_cast<off_t>(at)) != 0) {
-      ctx.TryCancel();
-      return absl::NotFoundError(StrCat(src, " grew while it was copied"));
-    }
-    f.set_sha256(sha.Hex());
+    ok = *sent;
   }
   if (ok) {
     v1::CheckpointChunk last;
@@ -304,184 +256,48 @@ absl::Status CheckpointSync::PushFiles(v1::PeerService::Stub* stub, const std::s
   return FromGrpc(writer->Finish());
 }
 
-bool CheckpointSync::ClaimIncoming(const std::string& key) {
-  std::lock_guard lock(mu_);
-  return incoming_.insert(key).second;
-}
-
-void CheckpointSync::ReleaseIncoming(const std::string& key) {
-  std::lock_guard lock(mu_);
-  incoming_.erase(key);
-}
-
-absl::StatusOr<v1::CheckpointProgressResponse> CheckpointSync::Progress(
-    const std::string& from, const v1::CheckpointProgressRequest& req) {
-  auto j = participant_->CheckpointReceiver(from, req.job_id());
-  if (!j.ok()) {
-    Count("fedgate_checkpoint_errors_total", "not_a_member");
-    spdlog::warn("checkpoint progress asked by {}: {}", from, std::string(j.status().message()));
-    return j.status();
+absl::StatusOr<bool> CheckpointSync::SendFile(grpc::ClientWriter<v1::CheckpointChunk>* writer,
+                                              const std::string& step_path, uint64_t offset,
+                                              std::vector<char>* buf, v1::CheckpointFile* f) {
+  const RankUser& user = participant_->rank_user();
+  const uid_t* owner = user.switch_user ? &user.uid : nullptr;
+  const std::string src = f->path().empty() ? step_path : StrCat(step_path, "/", f->path());
+  auto fd = OpenCheckpointFile(src, owner);
+  if (!fd.ok()) {
+    return absl::IsPermissionDenied(fd.status())
+               ? fd.status()
+               : absl::NotFoundError(StrCat(src, " was removed while it was copied"));
   }
-  v1::CheckpointProgressResponse resp;
-  std::error_code ec;
-  if (fs::exists(StrCat(j->dir, "/", StepName(req.step())), ec)) {
-    resp.set_present(true);
-    return resp;
-  }
-  const std::string staging = StagingPath(j->staging, req.job_id(), req.step());
-  for (fs::recursive_directory_iterator it(staging, ec), end; !ec && it != end; it.increment(ec)) {
-    if (!it->is_regular_file()) continue;
-    std::string rel = fs::relative(it->path(), staging).string();
-    if (rel == kSingleFile) rel.clear();
-    (*resp.mutable_received_bytes())[rel] = it->file_size();
-  }
-  return resp;
-}
-
-CheckpointSync::Incoming::~Incoming() {
-  if (claimed_) owner_->ReleaseIncoming(StrCat(job_, "/", step_));
-  // A copy that broke off leaves its staging for the sender to resume.
-}
-
-absl::Status CheckpointSync::Incoming::Fail(absl::Status st, const char* reason) {
-  spdlog::warn("checkpoint from {} (job {}, step-{}) refused: {}", from_, job_, step_,
-               std::string(st.message()));
-  owner_->Count("fedgate_checkpoint_errors_total", reason);
-  return st;
-}
-
-absl::Status CheckpointSync::Incoming::Begin(const v1::CheckpointChunk& first) {
-  begun_ = true;
-  job_ = first.job_id();
-  step_ = first.step();
-  if (first.site() != from_) {
-    return Fail(absl::InvalidArgumentError(StrCat("chunk names site \"", first.site(),
-                                                  "\" but the certificate is of ", from_)),
-                "not_a_member");
-  }
-  auto j = owner_->participant_->CheckpointReceiver(from_, job_);
-  if (!j.ok()) return Fail(j.status(), "not_a_member");
-  dir_ = j->dir;
-  staging_root_ = j->staging;
-  if (!owner_->ClaimIncoming(StrCat(job_, "/", step_))) {
-    return Fail(absl::AbortedError("the same step is being received from another copy"), "io");
-  }
-  claimed_ = true;
-  std::error_code ec;
-  if (fs::exists(StrCat(dir_, "/", StepName(step_)), ec)) {
-    present_ = true;
-    return absl::OkStatus();
-  }
-  if (auto st = MakePrivateDir(staging_root_); !st.ok()) return Fail(st, "io");
-  staging_ = StagingPath(staging_root_, job_, step_);
-  fs::create_directories(staging_, ec);
-  if (ec) {
-    return Fail(absl::InternalError(StrCat("cannot create ", staging_, ": ", ec.message())), "io");
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckpointSync::Incoming::Add(const v1::CheckpointChunk& c) {
-  if (!begun_) return Begin(c);
-  if (last_) return Fail(absl::InvalidArgumentError("data after the last chunk"), "bad_path");
-  if (c.last()) {
-    last_ = true;
-    manifest_.assign(c.manifest().begin(), c.manifest().end());
-    return absl::OkStatus();
-  }
-  if (present_) return absl::OkStatus();  // nothing to write: the step is here
-  if (!SafeRelativePath(c.path()) || c.path() == kSingleFile) {
-    return Fail(absl::InvalidArgumentError(StrCat("unsafe path \"", c.path().substr(0, 128), "\"")),
-                "bad_path");
-  }
-  const std::string path = StagedPath(staging_, c.path());
-  std::error_code ec;
-  fs::create_directories(fs::path(path).parent_path(), ec);
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) return Fail(absl::InternalError(StrCat("cannot write ", path)), "io");
-  struct stat st {};
-  ::fstat(fd, &st);
-  if (static_cast<uint64_t>(st.st_size) != c.offset()) {
-    ::close(fd);
-    return Fail(
-        absl::FailedPreconditionError(StrCat("chunk at offset ", c.offset(), " of \"", c.path(),
-                                             "\" but ", st.st_size, " bytes are here")),
-        "bad_offset");
-  }
-  const ssize_t n = ::pwrite(fd, c.data().data(), c.data().size(), static_cast<off_t>(c.offset()));
-  ::close(fd);
-  if (n != static_cast<ssize_t>(c.data().size())) {
-    return Fail(absl::InternalError(StrCat("short write to ", path)), "io");
-  }
-  // Hashed as it arrives (a resumed file's earlier bytes first), so the
-  // check at the end does not read the copy again.
-  auto& h = hashes_[c.path()];
-  if (!h.sha) {
-    h.sha = std::make_unique<Sha256>();
-    h.sha->UpdateFromFile(path, c.offset());
-    h.bytes = c.offset();
-  }
-  h.sha->Update(c.data().data(), c.data().size());
-  h.bytes += c.data().size();
-  bytes_ += c.data().size();
-  owner_->Count("fedgate_checkpoint_bytes_total", "received", static_cast<double>(n));
-  return absl::OkStatus();
-}
-
-absl::StatusOr<v1::PushCheckpointResponse> CheckpointSync::Incoming::Finish() {
-  if (!begun_ || !last_) {
-    return Fail(absl::InvalidArgumentError("the copy ended without its manifest"), "io");
-  }
-  Metrics* m = owner_->metrics_;
-  if (present_) {
-    resp_.set_already_present(true);
-    if (m != nullptr)
-      m->Inc("fedgate_checkpoint_copies_total", {{"direction", "received"}, {"result", "present"}});
-    return resp_;
-  }
-  const bool single = manifest_.size() == 1 && manifest_[0].path().empty();
-  std::set<std::string> listed;
-  for (const auto& f : manifest_) {
-    if (!SafeRelativePath(f.path()) || (f.path().empty() && !single)) {
-      return Fail(absl::InvalidArgumentError("unsafe path in the manifest"), "bad_path");
+  struct Close {
+    int fd;
+    ~Close() { ::close(fd); }
+  } close_fd{*fd};
+  // What the receiver has is hashed here too, read but not sent.
+  Sha256 sha;
+  uint64_t at = 0;
+  while (at < f->size_bytes()) {
+    const size_t want = std::min<uint64_t>(buf->size(), f->size_bytes() - at);
+    const ssize_t got = ::pread(*fd, buf->data(), want, static_cast<off_t>(at));
+    if (got != static_cast<ssize_t>(want)) {
+      return absl::NotFoundError(StrCat(src, " shrank or vanished while it was copied"));
     }
-    const std::string path = StagedPath(staging_, f.path());
-    listed.insert(path);
-    std::error_code ec;
-    const auto size = fs::file_size(path, ec);
-    auto h = hashes_.find(f.path());
-    auto sha = ec ? absl::StatusOr<std::string>(absl::NotFoundError("missing"))
-               : h != hashes_.end() && h->second.bytes == f.size_bytes()
-                   ? absl::StatusOr<std::string>(h->second.sha->Hex())
-                   : Sha256File(path);
-    if (ec || size != f.size_bytes() || !sha.ok() || *sha != f.sha256()) {
-      // Nothing half-copied becomes visible: the staging goes, the sender
-      // starts over.
-      fs::remove_all(staging_, ec);
-      return Fail(absl::DataLossError(StrCat("digest mismatch in \"", f.path(), "\" of step-",
-                                             step_, ": the copy was discarded")),
-                  "digest_mismatch");
+    sha.Update(buf->data(), want);
+    if (at >= offset) {
+      v1::CheckpointChunk c;
+      c.set_path(f->path());
+      c.set_offset(at);
+      c.set_data(buf->data(), want);
+      if (!writer->Write(c)) return false;  // the stream broke: Finish says why
+      Count("fedgate_checkpoint_bytes_total", "sent", static_cast<double>(want));
     }
+    at += want;
   }
-  std::error_code ec;
-  for (fs::recursive_directory_iterator it(staging_, ec), end; !ec && it != end; it.increment(ec)) {
-    if (it->is_regular_file() && !listed.contains(it->path().string())) {
-      return Fail(absl::InvalidArgumentError("a file the manifest does not list"), "bad_path");
-    }
+  char extra = 0;
+  if (::pread(*fd, &extra, 1, static_cast<off_t>(at)) != 0) {
+    return absl::NotFoundError(StrCat(src, " grew while it was copied"));
   }
-  const RankUser& user = owner_->participant_->rank_user();
-  if (user.switch_user) ChownTree(staging_, user.uid, user.gid);
-  const std::string from = single ? StagedPath(staging_, "") : staging_;
-  if (auto st = PublishInto(from, dir_, StepName(step_)); !st.ok()) {
-    fs::remove_all(staging_, ec);
-    return Fail(st, "io");
-  }
-  if (single) fs::remove_all(staging_, ec);
-  if (m != nullptr)
-    m->Inc("fedgate_checkpoint_copies_total", {{"direction", "received"}, {"result", "ok"}});
-  spdlog::info("job {}: checkpoint step-{} received from {} ({} bytes)", job_, step_, from_,
-               bytes_);
-  return resp_;
+  f->set_sha256(sha.Hex());
+  return true;
 }
 
 }  // namespace fedgate::gateway

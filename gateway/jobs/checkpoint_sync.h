@@ -98,6 +98,11 @@ class CheckpointSync {
                          const std::string& step_path, uint64_t step,
                          std::vector<v1::CheckpointFile> manifest,
                          const v1::CheckpointProgressResponse& have);
+  // Streams one file from `offset` (hashing it whole) and fills in its
+  // digest; false when the stream broke.
+  absl::StatusOr<bool> SendFile(grpc::ClientWriter<v1::CheckpointChunk>* writer,
+                                const std::string& step_path, uint64_t offset,
+                                std::vector<char>* buf, v1::CheckpointFile* f);
   void Count(const char* name, const std::string& reason, double by = 1);
   bool ClaimIncoming(const std::string& key);
   void ReleaseIncoming(const std::string& key);
