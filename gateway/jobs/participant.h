@@ -199,6 +199,10 @@ class Participant {
   absl::StatusOr<LaunchPlan> CommitHoldLocked(const std::string& from, const v1::CommitRequest& req,
                                               std::string cgroup)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What ranks of `req` start with on the GPUs of `hold` (commit and restart).
+  LaunchPlan PlanLaunchLocked(const federation::Hold& hold, std::vector<uint32_t> gpu_of,
+                              const v1::CommitRequest& req, std::string cgroup) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<std::pair<std::string, std::string>> RankEnvironment(
       const LaunchPlan& plan, const v1::CommitRequest& req, int i) const;
   void LaunchRanks(const LaunchPlan& plan, const v1::CommitRequest& req, Slice* out,

@@ -176,20 +176,7 @@ absl::StatusOr<Participant::LaunchPlan> Participant::CommitHoldLocked(const std:
   if (!gpu_of.ok()) return gpu_of.status();
   auto hold = ledger_.Commit(key.job_id(), key.attempt(), key.epoch(), from, clock_->NowMs());
   if (!hold.ok()) return hold.status();
-  LaunchPlan plan;
-  plan.hold = *hold;
-  plan.gpu_of = std::move(*gpu_of);
-  if (auto a = allocs_.find({key.job_id(), key.epoch()}); a != allocs_.end()) {
-    plan.reservation = a->second;
-  }
-  for (const auto& n : nodes_) {
-    plan.node_addr[n.name] = n.address;
-    plan.node_model[n.name] = n.gpu_model;
-  }
-  plan.work = WorkDir(key.job_id());
-  plan.cgroup = std::move(cgroup);
-  plan.started_at_ms = clock_->NowMs();
-  plan.lease_ms = federation::ClampMs(req.lease_ms(), kMinLeaseMs, kMaxLeaseMs);
+  LaunchPlan plan = PlanLaunchLocked(*hold, std::move(*gpu_of), req, std::move(cgroup));
   Slice s;
   s.key = key;
   s.launching = !req.park();
@@ -206,6 +193,28 @@ absl::StatusOr<Participant::LaunchPlan> Participant::CommitHoldLocked(const std:
   s.lease_deadline_ms = federation::SatAdd(plan.started_at_ms, s.lease_ms);
   s.cgroup = plan.cgroup;
   slices_[{key.job_id(), key.epoch()}] = std::move(s);
+  return plan;
+}
+
+Participant::LaunchPlan Participant::PlanLaunchLocked(const federation::Hold& hold,
+                                                      std::vector<uint32_t> gpu_of,
+                                                      const v1::CommitRequest& req,
+                                                      std::string cgroup) const {
+  const auto& key = req.key();
+  LaunchPlan plan;
+  plan.hold = hold;
+  plan.gpu_of = std::move(gpu_of);
+  if (auto a = allocs_.find({key.job_id(), key.epoch()}); a != allocs_.end()) {
+    plan.reservation = a->second;
+  }
+  for (const auto& n : nodes_) {
+    plan.node_addr[n.name] = n.address;
+    plan.node_model[n.name] = n.gpu_model;
+  }
+  plan.work = WorkDir(key.job_id());
+  plan.cgroup = std::move(cgroup);
+  plan.started_at_ms = clock_->NowMs();
+  plan.lease_ms = federation::ClampMs(req.lease_ms(), kMinLeaseMs, kMaxLeaseMs);
   return plan;
 }
 

@@ -44,19 +44,7 @@ absl::StatusOr<v1::CommitResponse> Participant::Relaunch(const std::string& from
     }
     auto gpu_of = MatchRanksToHold(*held, req);
     if (!gpu_of.ok()) return gpu_of.status();
-    plan.hold = *held;
-    plan.gpu_of = std::move(*gpu_of);
-    if (auto a = allocs_.find({key.job_id(), key.epoch()}); a != allocs_.end()) {
-      plan.reservation = a->second;
-    }
-    for (const auto& n : nodes_) {
-      plan.node_addr[n.name] = n.address;
-      plan.node_model[n.name] = n.gpu_model;
-    }
-    plan.work = WorkDir(key.job_id());
-    plan.cgroup = s.cgroup;
-    plan.started_at_ms = clock_->NowMs();
-    plan.lease_ms = federation::ClampMs(req.lease_ms(), kMinLeaseMs, kMaxLeaseMs);
+    plan = PlanLaunchLocked(*held, std::move(*gpu_of), req, s.cgroup);
     // Launching again: no sweep ends it until its ranks are attached.
     s.parked = false;
     s.launching = true;
