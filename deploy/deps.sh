@@ -14,6 +14,7 @@ PACKAGES=(
   prometheus systemd
   iproute2 procps curl openssl python3 python3-yaml python3-locust iperf3
   python3-torch
+  chromium chromium-driver python3-selenium libjs-chart.js
   slurmctld slurmd slurm-client munge
 )
 

@@ -25,6 +25,11 @@ uint32_t Reclaimable(uint32_t preemptible, const std::map<std::string, uint32_t>
   return static_cast<uint32_t>(std::min<uint64_t>(n, UINT32_MAX));
 }
 
+void AddHealth(v1::SiteCapacity* site, uint32_t unhealthy, bool cordoned) {
+  site->set_unhealthy_gpus(site->unhealthy_gpus() + unhealthy);
+  site->set_cordoned_nodes(site->cordoned_nodes() + (cordoned ? 1 : 0));
+}
+
 void FlushModels(v1::SiteCapacity* site, const std::map<std::string, v1::ModelCapacity>& models) {
   for (const auto& [name, m] : models) *site->add_models() = m;
 }
@@ -79,6 +84,8 @@ v1::CapacityAd MakeOwnAd(const std::string& site, const std::vector<Node>& nodes
     if (auto e = extras.find(n.name); e != extras.end()) {
       nc->set_preemptible_gpus(e->second.preemptible);
       for (const auto& [job, g] : e->second.kept_for) (*nc->mutable_kept_for())[job] = g;
+      nc->set_unhealthy_gpus(e->second.unhealthy);
+      nc->set_cordoned(e->second.cordoned);
     }
   }
   return ad;
@@ -110,6 +117,7 @@ v1::GetCapacityResponse BuildCapacityView(const std::string& self_site,
       auto e = local_extras.find(n.name);
       AddNode(&local, &models, n.gpu_model, FreeOf(n, local_free), n.gpus,
               e == local_extras.end() ? 0 : Reclaimable(e->second.preemptible, e->second.kept_for));
+      if (e != local_extras.end()) AddHealth(&local, e->second.unhealthy, e->second.cordoned);
     }
     FlushModels(&local, models);
     sites.push_back(std::move(local));
@@ -127,6 +135,7 @@ v1::GetCapacityResponse BuildCapacityView(const std::string& self_site,
     for (const auto& n : ad.nodes()) {
       AddNode(&s, &models, n.gpu_model(), down ? 0 : n.free_gpus(), n.total_gpus(),
               down ? 0 : Reclaimable(n.preemptible_gpus(), {n.kept_for().begin(), n.kept_for().end()}));
+      AddHealth(&s, n.unhealthy_gpus(), n.cordoned());
     }
     FlushModels(&s, models);
     sites.push_back(std::move(s));

@@ -21,9 +21,13 @@ using FreeGpus = std::map<std::string, uint32_t>;
 
 // What a node's ad says besides free GPUs: GPUs a guaranteed job may
 // preempt, and GPUs being freed by preemption, kept for a job (by job id).
+// Also what a capacity view counts but placement never offers: GPUs that
+// failed their health check, and whether the admins cordoned the node.
 struct NodeExtra {
   uint32_t preemptible = 0;
   std::map<std::string, uint32_t> kept_for;
+  uint32_t unhealthy = 0;
+  bool cordoned = false;
 };
 using NodeExtras = std::map<std::string, NodeExtra>;
 

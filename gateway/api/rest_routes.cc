@@ -79,6 +79,12 @@ absl::StatusOr<RestCall> RouteRest(std::string_view method, std::string_view tar
     call.list.set_page_size(*size);
     return call;
   }
+  if (get && (path == "/v1/sites" || path == "/v1/links" || path == "/v1/nodes")) {
+    call.kind = path == "/v1/sites"   ? RestCall::Kind::kSites
+                : path == "/v1/links" ? RestCall::Kind::kLinks
+                                      : RestCall::Kind::kNodes;
+    return call;
+  }
   if (path == "/v1/quotas" && get) {
     call.kind = RestCall::Kind::kQuotas;
     if (query.contains("tenant")) call.quotas.set_tenant(query.at("tenant"));
@@ -112,6 +118,12 @@ absl::StatusOr<RestCall> RouteRest(std::string_view method, std::string_view tar
       if (!offset.ok()) return offset.status();
       call.logs.set_rank(*rank);
       call.logs.set_offset(*offset);
+      return call;
+    }
+    if (get && rest.ends_with("/vc") && rest.size() > 3 &&
+        rest.find('/') == rest.size() - 3) {
+      call.kind = RestCall::Kind::kVc;
+      call.get.set_id(rest.substr(0, rest.size() - 3));
       return call;
     }
     if (get && rest.find('/') == std::string::npos) {

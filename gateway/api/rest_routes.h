@@ -12,7 +12,8 @@
 namespace fedgate::gateway {
 
 struct RestCall {
-  enum class Kind { kSubmit, kList, kCancel, kLogs, kGet, kUsage, kQuotas };
+  enum class Kind { kSubmit, kList, kCancel, kLogs, kGet, kUsage, kQuotas, kVc, kSites, kLinks,
+                    kNodes };
   Kind kind = Kind::kGet;
   v1::SubmitJobRequest submit;
   v1::ListJobsRequest list;
@@ -26,7 +27,9 @@ struct RestCall {
 // POST /v1/jobs (JSON SubmitJobRequest), GET /v1/jobs?state=&page_token=&page_size=,
 // POST /v1/jobs/{id}:cancel, GET /v1/jobs/{id}/logs?rank=&offset=, GET /v1/jobs/{id},
 // GET /v1/usage?tenant=&since=&until=&by=.
-// GET /v1/quotas?tenant=.
+// GET /v1/quotas?tenant=, GET /v1/jobs/{id}/vc (the virtual cluster: `get`
+// names the job), GET /v1/sites (= fedctl capacity), GET /v1/links,
+// GET /v1/nodes (this site's nodes; its admins only).
 // INVALID_ARGUMENT for a bad body or query, NOT_FOUND for any other target.
 absl::StatusOr<RestCall> RouteRest(std::string_view method, std::string_view target,
                                    const std::string& body);

@@ -27,6 +27,8 @@
 #include "gateway/security/identity.h"
 #include "gateway/security/revocation.h"
 #include "gateway/jobs/job_manager.h"
+#include "gateway/jobs/participant.h"
+#include "gateway/peering/core.h"
 #include "gateway/ops/metrics.h"
 #include "gateway/api/rest_routes.h"
 
@@ -148,6 +150,8 @@ class Deadlines {
 struct RestServer::Impl {
   Config config;
   JobManager* jobs = nullptr;
+  GatewayCore* core = nullptr;
+  Participant* participant = nullptr;
   Metrics* metrics = nullptr;
   asio::io_context io;
   std::mutex tls_mu;
@@ -297,6 +301,31 @@ struct RestServer::Impl {
     return id;
   }
 
+  // The federation views: capacity and links for every caller of the job
+  // API (counts, no node names), nodes for this site's admins.
+  void View(const Identity& caller, RestCall::Kind kind, http::response<http::string_body>* res) {
+    if (core == nullptr || participant == nullptr) {
+      return Respond(res, absl::UnavailableError("this gateway serves no federation views"));
+    }
+    res->result(http::status::ok);
+    if (kind == RestCall::Kind::kSites) {
+      res->body() = ToJson(core->Capacity());
+      return;
+    }
+    if (kind == RestCall::Kind::kLinks) {
+      res->body() = ToJson(core->ListLinks());
+      return;
+    }
+    if (auto st = Decide(caller, RpcClass::kAdmin, config.federation, config.site,
+                         [](std::string_view) { return false; });
+        !st.ok()) {
+      return Respond(res, st);
+    }
+    v1::ListNodesResponse nodes;
+    for (auto& n : participant->Nodes()) *nodes.add_nodes() = std::move(n);
+    res->body() = ToJson(nodes);
+  }
+
   void Handle(ssl::stream<tcp::socket>& stream, const http::request<http::string_body>& req,
               http::response<http::string_body>* res) {
     auto caller = Caller(stream);
@@ -324,6 +353,14 @@ struct RestServer::Impl {
       case RestCall::Kind::kGet: return reply(jobs->Get(*caller, call->get));
       case RestCall::Kind::kUsage: return reply(jobs->Usage(*caller, call->usage));
       case RestCall::Kind::kQuotas: return reply(jobs->Quotas(*caller, call->quotas));
+      case RestCall::Kind::kVc: {
+        auto got = jobs->Get(*caller, call->get);
+        if (!got.ok()) return Respond(res, got.status());
+        return reply(absl::StatusOr<v1::RunPlan>(got->job().run()));
+      }
+      case RestCall::Kind::kSites:
+      case RestCall::Kind::kLinks:
+      case RestCall::Kind::kNodes: return View(*caller, call->kind, res);
       case RestCall::Kind::kLogs: {
         auto out = jobs->Logs(*caller, call->logs);
         if (!out.ok()) return Respond(res, out.status());
@@ -339,12 +376,16 @@ struct RestServer::Impl {
 };
 
 absl::StatusOr<std::unique_ptr<RestServer>> RestServer::Start(const Config& config, JobManager* jobs,
+                                                              GatewayCore* core,
+                                                              Participant* participant,
                                                               Metrics* metrics) {
   auto srv = std::unique_ptr<RestServer>(new RestServer());
   srv->impl_ = std::make_unique<Impl>();
   auto& im = *srv->impl_;
   im.config = config;
   im.jobs = jobs;
+  im.core = core;
+  im.participant = participant;
   im.metrics = metrics;
   boost::system::error_code ec;
   im.crl = std::make_unique<RevocationList>(config.tls.crl);

@@ -6,6 +6,11 @@
 //   GET  /v1/jobs/{id}                                -> GetJobResponse
 //   POST /v1/jobs/{id}:cancel                         -> CancelJobResponse
 //   GET  /v1/jobs/{id}/logs?rank=N                    -> the rank's raw output
+//   GET  /v1/jobs/{id}/vc                             -> the job's RunPlan (= fedctl vc get)
+//   GET  /v1/sites                                    -> GetCapacityResponse
+//   GET  /v1/links                                    -> ListLinksResponse
+//   GET  /v1/nodes (this site's admins)               -> ListNodesResponse
+//   GET  /v1/usage, /v1/quotas                        -> UsageResponse, QuotasResponse
 // Bad JSON or unknown fields: 400; bodies over 1 MiB: 413; refused callers:
 // 401/403; all with {"error": {"code", "message"}}.
 #pragma once
@@ -19,8 +24,10 @@
 
 namespace fedgate::gateway {
 
+class GatewayCore;
 class JobManager;
 class Metrics;
+class Participant;
 
 class RestServer {
  public:
@@ -32,7 +39,11 @@ class RestServer {
   // within api.read_timeout (slowloris); handling a request and writing its
   // reply within this.
   static constexpr std::chrono::milliseconds kHandleDeadline{60000};
+  // `core` (capacity, links) and `participant` (nodes) may be null: those
+  // endpoints then answer 503.
   static absl::StatusOr<std::unique_ptr<RestServer>> Start(const Config& config, JobManager* jobs,
+                                                          GatewayCore* core,
+                                                          Participant* participant,
                                                           Metrics* metrics);
   ~RestServer();
   int port() const;

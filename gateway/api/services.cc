@@ -1,6 +1,7 @@
 #include "gateway/api/services.h"
 
 #include <chrono>
+#include <thread>
 
 #include "absl/strings/ascii.h"
 #include "gateway/ops/audit_log.h"
@@ -272,7 +273,8 @@ grpc::ServerUnaryReactor* AdminServiceImpl::SetQuota(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* AdminServiceImpl::GetCapacity(grpc::CallbackServerContext* ctx,
                                                         const v1::GetCapacityRequest*,
                                                         v1::GetCapacityResponse* resp) {
-  return Guarded(ctx, authz_, metrics_, RpcClass::kAdmin, "GetCapacity", [&](const Identity&) {
+  // Tenants read capacity too (counts per site and model, no node names).
+  return Guarded(ctx, authz_, metrics_, RpcClass::kJob, "GetCapacity", [&](const Identity&) {
     *resp = core_->Capacity();
     return absl::OkStatus();
   });
@@ -281,7 +283,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::GetCapacity(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* AdminServiceImpl::ListLinks(grpc::CallbackServerContext* ctx,
                                                       const v1::ListLinksRequest*,
                                                       v1::ListLinksResponse* resp) {
-  return Guarded(ctx, authz_, metrics_, RpcClass::kAdmin, "ListLinks", [&](const Identity&) {
+  return Guarded(ctx, authz_, metrics_, RpcClass::kJob, "ListLinks", [&](const Identity&) {
     *resp = core_->ListLinks();
     return absl::OkStatus();
   });
@@ -340,9 +342,27 @@ grpc::ServerUnaryReactor* JobServiceImpl::Plan(grpc::CallbackServerContext* ctx,
 FEDGATE_JOB_RPC(Get, GetJobRequest, GetJobResponse)
 FEDGATE_JOB_RPC(List, ListJobsRequest, ListJobsResponse)
 FEDGATE_JOB_RPC(Cancel, CancelJobRequest, CancelJobResponse)
-FEDGATE_JOB_RPC(Usage, UsageRequest, UsageResponse)
 FEDGATE_JOB_RPC(Quotas, QuotasRequest, QuotasResponse)
 #undef FEDGATE_JOB_RPC
+
+grpc::ServerUnaryReactor* JobServiceImpl::Usage(grpc::CallbackServerContext* ctx,
+                                                const v1::UsageRequest* req,
+                                                v1::UsageResponse* resp) {
+  // Gathering usage asks every site, this one too, and waits for their
+  // answers, whose callbacks need gRPC's callback threads: waiting on one
+  // of them deadlocked two concurrent calls (the console asks by tenant and
+  // by site at once). So the wait runs on a thread of its own.
+  auto* reactor = ctx->DefaultReactor();
+  std::thread([this, ctx, req, resp, reactor] {
+    reactor->Finish(ToGrpc(RunGuarded(*ctx->auth_context(), authz_, metrics_, RpcClass::kJob,
+                                      "Usage", [&](const Identity& id) {
+                                        auto out = jobs_->Usage(id, *req);
+                                        if (out.ok()) *resp = std::move(*out);
+                                        return out.status();
+                                      })));
+  }).detach();
+  return reactor;
+}
 
 grpc::ServerUnaryReactor* JobServiceImpl::Submit(grpc::CallbackServerContext* ctx,
                                                  const v1::SubmitJobRequest* req,

@@ -293,7 +293,8 @@ absl::Status Gateway::ServeGrpc() {
 // The REST API (none in the no-store benchmark baseline).
 absl::Status Gateway::ServeRest() {
   if (job_store_) {
-    auto rest = RestServer::Start(config_, job_manager_.get(), metrics_.get());
+    auto rest = RestServer::Start(config_, job_manager_.get(), core_.get(), participant_.get(),
+                                  metrics_.get());
     if (!rest.ok()) return rest.status();
     rest_ = std::move(*rest);
   }

@@ -44,17 +44,25 @@ static std::string PinnedSite(const Globals& g, const std::string& dir) {
   return site;
 }
 
-std::shared_ptr<grpc::Channel> Connect(const Globals& g) {
-  std::string dir = g.tls_dir;
-  if (dir.empty()) {
-    const char* env = std::getenv("FEDCTL_TLS_DIR");
-    if (env == nullptr || *env == '\0') {
-      Die("no TLS identity: pass --tls-dir DIR (with ca.pem, cert.pem, key.pem) or set "
-          "FEDCTL_TLS_DIR",
-          2);
-    }
-    dir = env;
+std::string TlsDir(const Globals& g) {
+  if (!g.tls_dir.empty()) return g.tls_dir;
+  const char* env = std::getenv("FEDCTL_TLS_DIR");
+  if (env == nullptr || *env == '\0') {
+    Die("no TLS identity: pass --tls-dir DIR (with ca.pem, cert.pem, key.pem) or set "
+        "FEDCTL_TLS_DIR",
+        2);
   }
+  return env;
+}
+
+std::string GatewayEndpoint(const Globals& g) {
+  if (!g.gateway.empty()) return g.gateway;
+  const char* env = std::getenv("FEDCTL_GATEWAY");
+  return env != nullptr && *env != '\0' ? env : "127.0.0.1:7443";
+}
+
+std::shared_ptr<grpc::Channel> Connect(const Globals& g) {
+  const std::string dir = TlsDir(g);
   auto ca = fedgate::gateway::ReadFile(dir + "/ca.pem");
   auto cert = fedgate::gateway::ReadFile(dir + "/cert.pem");
   auto key = fedgate::gateway::ReadFile(dir + "/key.pem");
@@ -63,11 +71,7 @@ std::shared_ptr<grpc::Channel> Connect(const Globals& g) {
   }
   auto me = fedgate::gateway::IdentityFromCertPem(*cert);
   if (!me.ok()) Die(fedgate::StrCat(dir, "/cert.pem: ", me.status().message()));
-  std::string endpoint = g.gateway;
-  if (endpoint.empty()) {
-    const char* env = std::getenv("FEDCTL_GATEWAY");
-    endpoint = env != nullptr && *env != '\0' ? env : "127.0.0.1:7443";
-  }
+  const std::string endpoint = GatewayEndpoint(g);
   const std::string federation = me->federation;
   const std::string site = PinnedSite(g, dir);
   return fedgate::gateway::DialGateway(

@@ -39,8 +39,13 @@ void AddQuotaCommands(CLI::App& app, Commands* out);  // quota list, get, set
 void AddUsageCommands(CLI::App& app, Commands* out);  // usage
 void AddLinksCommands(CLI::App& app, Commands* out);  // links, links probe, capacity
 void AddJobsCommands(CLI::App& app, Commands* out);   // jobs ..., vc get
+void AddConsoleCommands(CLI::App& app, Commands* out);  // console
 
 [[noreturn]] void Die(const std::string& msg, int code = 1);
+// --tls-dir, else $FEDCTL_TLS_DIR; dies when neither is set.
+std::string TlsDir(const Globals& g);
+// --gateway, else $FEDCTL_GATEWAY, else 127.0.0.1:7443.
+std::string GatewayEndpoint(const Globals& g);
 // An mTLS channel to --gateway with the identity in --tls-dir; dies with a
 // clear message when either is missing or unreadable.
 std::shared_ptr<grpc::Channel> Connect(const Globals& g);

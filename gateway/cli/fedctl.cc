@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   AddUsageCommands(app, &commands);
   AddLinksCommands(app, &commands);
   AddJobsCommands(app, &commands);
+  AddConsoleCommands(app, &commands);
 
   try {
     app.parse(argc, argv);

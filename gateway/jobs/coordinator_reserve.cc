@@ -113,6 +113,8 @@ v1::RunPlan Coordinator::VirtualCluster(const v1::PlanResponse& plan, const JobR
   *next.mutable_avoided_sites() = previous.avoided_sites();
   next.set_preemptions(previous.preemptions());
   next.set_quota_site(quota_site);
+  next.set_placement_summary(plan.summary());
+  *next.mutable_placement() = plan.explanation();
   std::map<std::string, v1::SiteRun*> by_site;
   uint32_t group = 0;
   for (const auto& sl : plan.slices()) {

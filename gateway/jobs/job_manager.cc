@@ -303,7 +303,9 @@ absl::StatusOr<v1::QuotasResponse> JobManager::Quotas(const Identity& caller,
   for (auto& q : core_->Quotas()) {
     if (tenant.empty() || q.tenant() == tenant) *out.add_quotas() = std::move(q);
   }
-  if (!tenant.empty() && out.quotas_size() == 0) {
+  // A named tenant that no site governs is NOT_FOUND; a list (a tenant's
+  // own, asked without a name) is empty instead, as a list of nothing is.
+  if (!req.tenant().empty() && out.quotas_size() == 0) {
     return absl::NotFoundError(StrCat("no site governs tenant ", tenant, ": it has no quota limit"));
   }
   return out;

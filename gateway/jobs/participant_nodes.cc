@@ -24,6 +24,13 @@ federation::NodeExtras Participant::NodeExtras() {
   for (const auto& [node, jobs] : ledger_.earmarks()) {
     for (const auto& [job, mark] : jobs) out[node].kept_for[job] = mark.first;
   }
+  // Counted in the site's capacity view (fedctl capacity, the console).
+  for (const auto& [node, bad] : ledger_.unhealthy()) {
+    if (!bad.empty()) out[node].unhealthy = static_cast<uint32_t>(bad.size());
+  }
+  for (const auto& n : nodes_) {
+    if (ledger_.cordoned(n.name)) out[n.name].cordoned = true;
+  }
   return out;
 }
 

@@ -124,16 +124,42 @@ TEST_F(SecurityTest, AdminRpcsOnlyForThisSitesAdmins) {
     auto stub = v1::AdminService::NewStub(TlsChannel(fed_.endpoint("cn-beijing"), files));
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    v1::GetCapacityResponse resp;
-    return stub->GetCapacity(&ctx, {}, &resp);
+    v1::ListNodesResponse resp;
+    return stub->ListNodes(&ctx, {}, &resp);
   };
   EXPECT_TRUE(call(ca_.Admin("cn-beijing")).ok());
   EXPECT_EQ(call(ca_.Admin("cn-shanghai")).error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(call(ca_.Gateway("cn-shanghai")).error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(call(ca_.User("vision", "bob")).error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(Metric(fed_.ops_port("cn-beijing"),
-                   "fedgate_admin_rpc_handled_total{method=\"GetCapacity\"}"),
+                   "fedgate_admin_rpc_handled_total{method=\"ListNodes\"}"),
             1);
+}
+
+// As `sinfo` shows every user the partitions: a tenant's user reads capacity
+// and links (counts, no node names); another site's admin and peer gateways
+// still do not.
+TEST_F(SecurityTest, TenantsReadCapacityAndLinks) {
+  auto stub_for = [&](const TlsFiles& files) {
+    return v1::AdminService::NewStub(TlsChannel(fed_.endpoint("cn-beijing"), files));
+  };
+  auto capacity = [&](const TlsFiles& files, v1::GetCapacityResponse* resp) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    return stub_for(files)->GetCapacity(&ctx, {}, resp);
+  };
+  v1::GetCapacityResponse cap;
+  ASSERT_TRUE(capacity(ca_.User("vision", "bob"), &cap).ok());
+  ASSERT_GE(cap.sites_size(), 1);
+  EXPECT_EQ(cap.DebugString().find("n1"), std::string::npos) << "no node names for tenants";
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::ListLinksResponse links;
+  EXPECT_TRUE(stub_for(ca_.User("vision", "bob"))->ListLinks(&ctx, {}, &links).ok());
+  EXPECT_EQ(capacity(ca_.Admin("cn-shanghai"), &cap).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(capacity(ca_.Gateway("cn-shanghai"), &cap).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
 }
 
 TEST_F(SecurityTest, RotatedCaCertAndKeyTakeEffectWithoutARestart) {

@@ -1,0 +1,45 @@
+// The REST routes the console and the gateway share: the federation views,
+// a job's virtual cluster, and what stays an error.
+#include "gateway/api/rest_routes.h"
+
+#include <gtest/gtest.h>
+
+namespace fedgate::gateway {
+namespace {
+
+using K = RestCall::Kind;
+
+TEST(RestRoutes, FederationViews) {
+  EXPECT_EQ(RouteRest("GET", "/v1/sites", "")->kind, K::kSites);
+  EXPECT_EQ(RouteRest("GET", "/v1/links?x=1", "")->kind, K::kLinks);
+  EXPECT_EQ(RouteRest("GET", "/v1/nodes", "")->kind, K::kNodes);
+  EXPECT_EQ(RouteRest("POST", "/v1/sites", "").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(RestRoutes, VirtualClusterOfAJob) {
+  auto vc = RouteRest("GET", "/v1/jobs/j-1/vc", "");
+  ASSERT_TRUE(vc.ok());
+  EXPECT_EQ(vc->kind, K::kVc);
+  EXPECT_EQ(vc->get.id(), "j-1");
+  EXPECT_EQ(RouteRest("GET", "/v1/jobs//vc", "").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(RouteRest("GET", "/v1/jobs/a/b/vc", "").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(RouteRest("GET", "/v1/jobs/j-1", "")->kind, K::kGet);
+}
+
+TEST(RestRoutes, LogsAndUsageQueries) {
+  auto logs = RouteRest("GET", "/v1/jobs/j-1/logs?rank=3&offset=99", "");
+  ASSERT_TRUE(logs.ok());
+  EXPECT_EQ(logs->logs.rank(), 3u);
+  EXPECT_EQ(logs->logs.offset(), 99u);
+  EXPECT_EQ(RouteRest("GET", "/v1/jobs/j-1/logs?rank=x", "").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto usage = RouteRest("GET", "/v1/usage?by=site&since=24h", "");
+  ASSERT_TRUE(usage.ok());
+  EXPECT_EQ(usage->usage.by(), "site");
+  EXPECT_EQ(usage->usage.since(), "24h");
+  EXPECT_EQ(RouteRest("GET", "/v1/jobs?state=NOPE", "").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace fedgate::gateway
