@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <map>
+#include <optional>
 
 #include "base/number.h"
 #include "base/str_cat.h"
@@ -45,6 +46,42 @@ absl::StatusOr<T> Number(const std::map<std::string, std::string>& q, const std:
                                              it->second.substr(0, 40), "\""));
   }
   return *v;
+}
+
+// /v1/jobs/{rest}: a cancel, a rank's logs, the virtual cluster or the job;
+// nullopt when `rest` names none of them.
+std::optional<absl::Status> RouteJob(bool get, bool post, const std::string& rest,
+                                     const std::map<std::string, std::string>& query,
+                                     RestCall* out) {
+  RestCall& call = *out;
+  if (post && rest.size() > 7 && rest.ends_with(":cancel")) {
+    call.kind = RestCall::Kind::kCancel;
+    call.cancel.set_id(rest.substr(0, rest.size() - 7));
+    return absl::OkStatus();
+  }
+  if (get && rest.ends_with("/logs")) {
+    call.kind = RestCall::Kind::kLogs;
+    call.logs.set_id(rest.substr(0, rest.size() - 5));
+    auto rank = Number<uint32_t>(query, "rank");
+    if (!rank.ok()) return rank.status();
+    auto offset = Number<uint64_t>(query, "offset");
+    if (!offset.ok()) return offset.status();
+    call.logs.set_rank(*rank);
+    call.logs.set_offset(*offset);
+    return absl::OkStatus();
+  }
+  if (get && rest.ends_with("/vc") && rest.size() > 3 &&
+      rest.find('/') == rest.size() - 3) {
+    call.kind = RestCall::Kind::kVc;
+    call.get.set_id(rest.substr(0, rest.size() - 3));
+    return absl::OkStatus();
+  }
+  if (get && rest.find('/') == std::string::npos) {
+    call.kind = RestCall::Kind::kGet;
+    call.get.set_id(rest);
+    return absl::OkStatus();
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -103,32 +140,8 @@ absl::StatusOr<RestCall> RouteRest(std::string_view method, std::string_view tar
     return call;
   }
   if (path.rfind(std::string(kJobs) + "/", 0) == 0) {
-    const std::string rest = path.substr(kJobs.size() + 1);
-    if (post && rest.size() > 7 && rest.ends_with(":cancel")) {
-      call.kind = RestCall::Kind::kCancel;
-      call.cancel.set_id(rest.substr(0, rest.size() - 7));
-      return call;
-    }
-    if (get && rest.ends_with("/logs")) {
-      call.kind = RestCall::Kind::kLogs;
-      call.logs.set_id(rest.substr(0, rest.size() - 5));
-      auto rank = Number<uint32_t>(query, "rank");
-      if (!rank.ok()) return rank.status();
-      auto offset = Number<uint64_t>(query, "offset");
-      if (!offset.ok()) return offset.status();
-      call.logs.set_rank(*rank);
-      call.logs.set_offset(*offset);
-      return call;
-    }
-    if (get && rest.ends_with("/vc") && rest.size() > 3 &&
-        rest.find('/') == rest.size() - 3) {
-      call.kind = RestCall::Kind::kVc;
-      call.get.set_id(rest.substr(0, rest.size() - 3));
-      return call;
-    }
-    if (get && rest.find('/') == std::string::npos) {
-      call.kind = RestCall::Kind::kGet;
-      call.get.set_id(rest);
+    if (auto routed = RouteJob(get, post, path.substr(kJobs.size() + 1), query, &call); routed) {
+      if (!routed->ok()) return *routed;
       return call;
     }
   }

@@ -19,6 +19,7 @@ class RestTest : public ::testing::Test {
     WriteTlsDir(tmp_ / "alice", ca_.User("vision", "alice"));
     WriteTlsDir(tmp_ / "bob", ca_.User("speech", "bob"));
     WriteTlsDir(tmp_ / "peer", ca_.Gateway("cn-shanghai"));
+    WriteTlsDir(tmp_ / "admin", ca_.Admin("cn-beijing"));
   }
   // Returns {http status, body}; status 0 when curl itself failed.
   std::pair<int, std::string> Curl(const std::string& who, const std::string& method,
@@ -101,6 +102,42 @@ TEST_F(RestTest, HostileRequestsGetClearErrorsAndChangeNothing) {
   EXPECT_EQ(Curl("", "GET", "/v1/jobs").first, 0) << "no client certificate: no TLS session";
   EXPECT_EQ(Curl("alice", "DELETE", "/v1/jobs").first, 404);
   EXPECT_EQ(Curl("alice", "GET", "/v1/jobs").second, before) << "nothing was stored";
+}
+
+// The federation views of the console: capacity and links for tenants and
+// admins (no node names), nodes for this site's admins, a job's world.
+TEST_F(RestTest, FederationViewsAndAJobsVirtualCluster) {
+  auto sites = Curl("alice", "GET", "/v1/sites");
+  EXPECT_EQ(sites.first, 200) << sites.second;
+  EXPECT_NE(sites.second.find("\"site\":\"cn-beijing\""), std::string::npos) << sites.second;
+  EXPECT_NE(sites.second.find("\"free_gpus\":8"), std::string::npos) << sites.second;
+  EXPECT_NE(sites.second.find("\"cordoned_nodes\":0"), std::string::npos) << sites.second;
+  EXPECT_EQ(sites.second.find("bj-1"), std::string::npos) << "no node names for tenants";
+  auto links = Curl("alice", "GET", "/v1/links");
+  EXPECT_EQ(links.first, 200) << links.second;
+  EXPECT_NE(links.second.find("\"links\""), std::string::npos) << links.second;
+  EXPECT_EQ(Curl("alice", "GET", "/v1/nodes").first, 403) << "node names are the admins'";
+  auto nodes = Curl("admin", "GET", "/v1/nodes");
+  EXPECT_EQ(nodes.first, 200) << nodes.second;
+  EXPECT_NE(nodes.second.find("\"name\":\"bj-1\""), std::string::npos) << nodes.second;
+  EXPECT_EQ(Curl("peer", "GET", "/v1/sites").first, 403) << "a gateway is not a tenant";
+
+  auto [code, body] = Curl("alice", "POST", "/v1/jobs",
+                           Body(R"({"spec": {"name": "vc", "gpus": 3, "command": ["sleep", "30"]}})"));
+  ASSERT_EQ(code, 200) << body;
+  const std::string id = IdOf(body);
+  std::string vc;
+  ASSERT_TRUE(Eventually([&] {
+    vc = Curl("alice", "GET", "/v1/jobs/" + id + "/vc").second;
+    return vc.find("\"world_size\":3") != std::string::npos && vc.find("\"rank\":2") != std::string::npos;
+  }, 20000, 200)) << vc;
+  EXPECT_NE(vc.find("\"node\":\"bj-1\""), std::string::npos) << vc;
+  EXPECT_NE(vc.find("\"placement\":[{\"site\":\"cn-beijing\""), std::string::npos)
+      << "the placement's explanation stays with the world: " << vc;
+  EXPECT_EQ(Curl("bob", "GET", "/v1/jobs/" + id + "/vc").first, 404) << "another tenant's job";
+  EXPECT_EQ(Curl("alice", "GET", "/v1/jobs/j-00000000000000ff/vc").first, 404);
+  EXPECT_EQ(Curl("alice", "GET", "/v1/jobs/not..an-id/vc").first, 400) << "a malformed id";
+  Curl("alice", "POST", "/v1/jobs/" + id + ":cancel");
 }
 
 }  // namespace

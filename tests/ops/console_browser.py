@@ -9,6 +9,7 @@ import http.client
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -20,7 +21,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
 ap = argparse.ArgumentParser()
-for a in ("job", "shots", "alice", "alice-tls", "admin", "bob", "nochart", "web"):
+for a in ("job", "shots", "alice", "alice-tls", "admin", "bob", "nochart", "web", "silent-pid", "ad-ttl"):
     ap.add_argument("--" + a, required=True)
 args = ap.parse_args()
 FEDCTL = os.environ["FEDCTL"]
@@ -144,8 +145,12 @@ def text_of(css):
 
 
 def shot(name):
-    time.sleep(0.5)  # charts draw on the next frame
+    """The whole page: the window grows to the page's height for the shot."""
+    height = min(3000, max(1000, driver.execute_script("return document.documentElement.scrollHeight")))
+    driver.set_window_size(1280, height)
+    time.sleep(0.7)  # charts redraw for the new size on the next frames
     driver.save_screenshot(os.path.join(args.shots, f"{name}.png"))
+    driver.set_window_size(1280, 1000)
 
 
 def go(url_or_fragment, view):
@@ -173,6 +178,22 @@ try:
     check(len(driver.find_elements(By.CSS_SELECTOR, ".cards .card")) == 3, "sites: a card per site")
     check(len(driver.find_elements(By.CSS_SELECTOR, "main canvas")) >= 1, "sites: a Chart.js chart beside the table")
     shot("sites")
+
+    # A site that stops advertising (its gateway SIGSTOPped) turns grey.
+    t0 = time.time()
+    os.kill(int(args.silent_pid), signal.SIGSTOP)
+    try:
+        ok, _ = eventually(lambda: (bool(driver.find_elements(
+            By.CSS_SELECTOR, '.card.down[data-site="cn-shenzhen"], .card.gone[data-site="cn-shenzhen"]')), None), 20)
+        grey_after = time.time() - t0
+    finally:
+        os.kill(int(args.silent_pid), signal.SIGCONT)
+    ttl = float(args.ad_ttl)
+    print(f"info the silent site's card turned grey {grey_after:.1f} s after it stopped (ad TTL {ttl:.0f} s)")
+    # The TTL plus slack for a loaded two-core CI machine (the note gives the measured time).
+    check(ok and grey_after <= ttl + 3, f"sites: a silent site turns grey ({grey_after:.1f} s)")
+    ok, _ = eventually(lambda: (bool(driver.find_elements(By.CSS_SELECTOR, '.card.up[data-site="cn-shenzhen"]')), None), 20)
+    check(ok, "sites: it turns back when it advertises again")
 
     go("#/links", "links")
 

@@ -19,6 +19,7 @@ CONSOLE_PIDS=()
 
 cleanup() {
   local code=$? p
+  for p in "${FED_PIDS[@]}"; do kill -CONT "$p" 2>/dev/null || true; done
   for p in "${CONSOLE_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   for p in "${CONSOLE_PIDS[@]}"; do
     wait "$p" 2>/dev/null || { echo "console $p exited with $? on SIGTERM" >&2; code=1; }
@@ -77,4 +78,5 @@ mkdir -p "$SHOTS"
 FEDCTL_GATEWAY="127.0.0.1:${FED_GRPC[cn-beijing]}" FEDCTL="$FEDCTL" \
   $PY "$REPO/tests/ops/console_browser.py" --job "$JOB" --shots "$SHOTS" \
   --alice "$ALICE_URL" --alice-tls "$WORK/alice" --admin "$ADMIN_URL" --bob "$BOB_URL" \
-  --nochart "$NOCHART_URL" --web "$BUILD/gateway/cli/console"
+  --nochart "$NOCHART_URL" --web "$BUILD/gateway/cli/console" \
+  --silent-pid "${FED_PIDS[cn-shenzhen]}" --ad-ttl 5

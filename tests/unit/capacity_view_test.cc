@@ -54,5 +54,32 @@ TEST(CapacityView, SilentOriginIsDownWithNoFreeGpusAndWithdrawnIsGone) {
   EXPECT_NEAR(view.sites(1).age_seconds(), 3.001, 1e-9);
 }
 
+// Unhealthy GPUs and cordoned nodes travel in the ad as counts, and the
+// view sums them for the local site and for every origin alike.
+TEST(CapacityView, UnhealthyGpusAndCordonedNodesAreCounted) {
+  NodeExtras extras;
+  extras["sh-1"].unhealthy = 2;
+  extras["sh-2"].cordoned = true;
+  const auto ad = MakeOwnAd("cn-shanghai", Nodes(), 1, 1000, 10000, 1000, {}, extras);
+  ASSERT_EQ(ad.nodes_size(), 2);
+  EXPECT_EQ(ad.nodes(0).unhealthy_gpus(), 2u);
+  EXPECT_FALSE(ad.nodes(0).cordoned());
+  EXPECT_TRUE(ad.nodes(1).cordoned());
+
+  testing::FakeClock clock;
+  AdStore store("cn-beijing", &clock);
+  auto remote = MakeOwnAd("cn-shanghai", Nodes(), 1, clock.NowMs(), 10000, 1000, {}, extras);
+  store.Offer(remote, "cn-shanghai");
+  NodeExtras local;
+  local["sh-2"].unhealthy = 1;
+  auto view = BuildCapacityView("cn-beijing", Nodes(), store.Fresh(), clock.NowMs(), {}, local);
+  ASSERT_EQ(view.sites_size(), 2);
+  EXPECT_EQ(view.sites(0).site(), "cn-beijing");
+  EXPECT_EQ(view.sites(0).unhealthy_gpus(), 1u);
+  EXPECT_EQ(view.sites(0).cordoned_nodes(), 0u);
+  EXPECT_EQ(view.sites(1).unhealthy_gpus(), 2u);
+  EXPECT_EQ(view.sites(1).cordoned_nodes(), 1u);
+}
+
 }  // namespace
 }  // namespace fedgate::federation

@@ -124,6 +124,22 @@ TEST_F(ParticipantGovernanceTest, PreemptsOnlyOldEnoughSpotSlicesAndKeepsTheirGp
   p.Stop();
 }
 
+// What the site's ad says besides free GPUs: failed GPUs and cordons, as
+// counts for every site's capacity view.
+TEST_F(ParticipantGovernanceTest, AdExtrasCarryUnhealthyGpusAndCordons) {
+  Participant p(config_, &clock_, nullptr);
+  EXPECT_EQ(p.NodeExtras()["n1"].unhealthy, 0u);
+  EXPECT_FALSE(p.NodeExtras()["n1"].cordoned);
+  p.SetUnhealthy({{"n1", {0, 2}}}, {});
+  ASSERT_TRUE(p.SetCordoned("n1", true).ok());
+  EXPECT_EQ(p.NodeExtras()["n1"].unhealthy, 2u);
+  EXPECT_TRUE(p.NodeExtras()["n1"].cordoned);
+  p.SetUnhealthy({}, {});
+  ASSERT_TRUE(p.SetCordoned("n1", false).ok());
+  EXPECT_EQ(p.NodeExtras()["n1"].unhealthy, 0u);
+  EXPECT_FALSE(p.NodeExtras()["n1"].cordoned);
+}
+
 TEST_F(ParticipantGovernanceTest, QuotaOnlyPrepareHoldsQuotaUntilItsLeaseLapses) {
   Participant p(config_, &clock_, nullptr);
   auto quota = [&](const std::string& job, uint64_t epoch, uint32_t gpus) {

@@ -4,9 +4,11 @@
 'use strict';
 
 const REFRESH_MS = 2000;
+// Sites poll faster: a site that stops advertising turns grey within an ad TTL.
+const SITES_REFRESH_MS = 1000;
 const TERMINAL = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED']);
 const state = { session: null, view: '', gen: 0, timer: null, charts: [], seenSites: new Map(),
-                jobStates: new Map(), logs: null, filter: '', stateFilter: '', usageSince: '24h' };
+                jobStates: new Map(), logs: null, filter: '', stateFilter: '', usageSince: '24h', jobRows: 200 };
 
 // --- small helpers ---------------------------------------------------------
 
@@ -152,7 +154,7 @@ async function viewLinks() {
       const l = byPair.get(`${from}\u0000${to}`);
       if (!l) return el('td', { class: 'cell unmeasured', 'data-from': from, 'data-to': to, text: 'not measured' });
       const hover = `${from} → ${to}: ${fmt(l.gbps, 3)} Gbit/s, latency ${fmt(l.latency_ms, 3)} ms, measured ${fmt(l.age_seconds, 0)} s ago by ${from} (${l.method}, ${l.streams} stream${l.streams === 1 ? '' : 's'})`;
-      return el('td', { class: `cell ${heatClass(n(l.gbps), max)}`, 'data-from': from, 'data-to': to, title: hover,
+      return el('td', { class: `cell ${heatClass(n(l.gbps), max)}`, 'data-from': from, 'data-to': to, title: hover, tabindex: 0,
                         'aria-label': hover, text: `${fmt(l.gbps, 3)} Gbit/s` });
     })));
   const matrix = el('table', { id: 'links-matrix', class: 'heat' },
@@ -174,16 +176,22 @@ function jobSites(j) {
   return run.length ? run : ((j.placement || {}).sites || []);
 }
 
-function filterJobs(tbody, status) {
+// Rows past the limit stay hidden (laying out thousands of rows is what
+// costs): "Show more" raises it.
+const JOB_ROWS = 200;
+
+function filterJobs(tbody, status, more) {
   const t0 = performance.now();
   const q = state.filter.trim().toLowerCase();
-  let shown = 0;
+  let matching = 0;
   for (const tr of tbody.rows) {
     const ok = (!q || tr.dataset.search.includes(q)) && (!state.stateFilter || tr.dataset.state === state.stateFilter);
-    tr.hidden = !ok;
-    shown += ok ? 1 : 0;
+    tr.hidden = !ok || matching >= state.jobRows;
+    matching += ok ? 1 : 0;
   }
-  status.textContent = `${shown} of ${tbody.rows.length} jobs shown`;
+  const shown = Math.min(matching, state.jobRows);
+  status.textContent = `${shown} of ${matching} matching jobs shown (${tbody.rows.length} in all)`;
+  more.hidden = matching <= state.jobRows;
   document.body.dataset.filterMs = String(performance.now() - t0);
 }
 
@@ -200,17 +208,19 @@ async function viewJobs() {
   });
   const tbody = el('tbody', {}, rows);
   const status = el('p', { role: 'status', class: 'muted' });
+  const more = el('button', { id: 'more-jobs', type: 'button', text: `Show ${JOB_ROWS} more`,
+    onclick: () => { state.jobRows += JOB_ROWS; filterJobs(tbody, status, more); } });
   const search = el('input', { id: 'job-filter', type: 'search', value: state.filter, placeholder: 'id, name, tenant, site…',
-    oninput: (e) => { state.filter = e.target.value; filterJobs(tbody, status); } });
-  const pick = el('select', { id: 'job-state', onchange: (e) => { state.stateFilter = e.target.value; filterJobs(tbody, status); } },
+    oninput: (e) => { state.filter = e.target.value; filterJobs(tbody, status, more); } });
+  const pick = el('select', { id: 'job-state', onchange: (e) => { state.stateFilter = e.target.value; filterJobs(tbody, status, more); } },
     ['', 'PENDING', 'RESERVING', 'RUNNING', 'SUCCEEDED', 'FAILED', 'CANCELLED'].map((s) =>
       el('option', { value: s, selected: s === state.stateFilter, text: s || 'any state' })));
-  filterJobs(tbody, status);
+  filterJobs(tbody, status, more);
   return [el('h2', { text: `Jobs (${jobs.length})` }),
     el('div', { class: 'controls' }, el('label', {}, 'Filter', search), el('label', {}, 'State', pick)), status,
     el('table', { id: 'jobs-table' },
       el('thead', {}, el('tr', {}, ['ID', 'Name', 'Tenant', 'State', 'GPUs', 'Sites', 'Age'].map((h) => el('th', { scope: 'col', text: h })))),
-      tbody)];
+      tbody), more];
 }
 
 async function cancelJob(id) {
@@ -266,8 +276,8 @@ async function viewJob(id) {
   const live = (j.placement || {}).explanation || [];
   const decisions = live.length ? live : (run.placement || []);
   const summary = live.length ? (j.placement || {}).summary : run.placement_summary;
-  const expl = decisions.map((d) => el('li', { 'data-site': d.site }, el('strong', { text: d.site }), `: ${d.used ? 'used' : 'not used'} — ${d.reason}`));
-  await followLogs(id);
+  const expl = decisions.map((d) => el('li', { 'data-site': d.site }, el('strong', { text: d.site }), `: ${d.reason || (d.used ? 'used' : 'not used')}`));
+  if (ranks.length) await followLogs(id);  // a job with no world yet has no logs to ask for
   return [el('h2', {}, 'Job ', el('span', { id: 'job-id', text: j.id })),
     TERMINAL.has(j.state) ? null : el('p', {}, el('button', { class: 'danger', id: 'cancel-job', onclick: () => cancelJob(j.id), text: 'Cancel job' })),
     el('dl', { class: 'summary' },
@@ -393,7 +403,7 @@ async function refresh(focus) {
   } catch (err) {
     if (gen === state.gen) showError(err);
   }
-  if (gen === state.gen) state.timer = setTimeout(() => refresh(false), REFRESH_MS);
+  if (gen === state.gen) state.timer = setTimeout(() => refresh(false), r.name === 'sites' ? SITES_REFRESH_MS : REFRESH_MS);
 }
 
 function loadChartJs() {
