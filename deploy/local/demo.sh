@@ -7,6 +7,7 @@
 # peered as a partial mesh (beijing - shanghai - shenzhen; beijing and shenzhen
 # never talk directly). Shows every site's view of the federation, then stops.
 # Installs what is missing and builds first. Honours FEDGATE_BUILD_DIR.
+# FEDGATE_DEMO_CONSOLE=1 serves `fedctl console` at the end, until Ctrl-C.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -162,6 +163,11 @@ if timeout 180 "$FEDCTL" --gateway "127.0.0.1:${FED_GRPC[cn-beijing]}" --tls-dir
   for r in $(seq 0 9); do alice jobs logs "$TJOB" --rank "$r" | grep 'torch rank'; done
 else
   echo "the torch job did not succeed (rank 0 below)"; alice jobs logs "$TJOB" --rank 0 || true
+fi
+
+if [ "${FEDGATE_DEMO_CONSOLE:-0}" = 1 ]; then
+  say "The browser console as alice (open the URL below; Ctrl-C ends the demo)"
+  "$FEDCTL" --gateway "127.0.0.1:${FED_GRPC[cn-beijing]}" --tls-dir "$WORK/alice" console || true
 fi
 
 say "Demo done"

@@ -68,6 +68,13 @@ console() {
   done
   fail "console $name printed no URL: $(cat "$WORK/console-$name.err")"
 }
+# Refused at start, with the reason: a wildcard address, a gateway's identity.
+if out=$("$FEDCTL" --tls-dir "$WORK/alice" console --listen 0.0.0.0:0 2>&1); then fail "a wildcard --listen was accepted"; fi
+echo "$out" | grep -q "not a wildcard" || fail "wildcard --listen: unclear error: $out"
+if out=$("$FEDCTL" --tls-dir "$WORK/cn-beijing/tls" console 2>&1); then fail "a gateway's identity was accepted"; fi
+echo "$out" | grep -q "not a console identity" || fail "gateway identity: unclear error: $out"
+echo "ok   console refuses a wildcard address and a gateway's identity, naming why"
+
 console alice "$WORK/alice"; ALICE_URL=$URL
 console admin "$WORK/cn-beijing/admin"; ADMIN_URL=$URL
 console bob "$WORK/bob"; BOB_URL=$URL
