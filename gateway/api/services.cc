@@ -352,14 +352,23 @@ grpc::ServerUnaryReactor* JobServiceImpl::Usage(grpc::CallbackServerContext* ctx
   // answers, whose callbacks need gRPC's callback threads: waiting on one
   // of them deadlocked two concurrent calls (the console asks by tenant and
   // by site at once). So the wait runs on a thread of its own.
+  // At most kMaxUsageInFlight such threads: callers past that are told to retry.
   auto* reactor = ctx->DefaultReactor();
+  if (usage_in_flight_.fetch_add(1) >= kMaxUsageInFlight) {
+    usage_in_flight_.fetch_sub(1);
+    reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                 "too many usage queries at once at this gateway; retry shortly"));
+    return reactor;
+  }
   std::thread([this, ctx, req, resp, reactor] {
-    reactor->Finish(ToGrpc(RunGuarded(*ctx->auth_context(), authz_, metrics_, RpcClass::kJob,
-                                      "Usage", [&](const Identity& id) {
-                                        auto out = jobs_->Usage(id, *req);
-                                        if (out.ok()) *resp = std::move(*out);
-                                        return out.status();
-                                      })));
+    const absl::Status st = RunGuarded(*ctx->auth_context(), authz_, metrics_, RpcClass::kJob,
+                                       "Usage", [&](const Identity& id) {
+                                         auto out = jobs_->Usage(id, *req);
+                                         if (out.ok()) *resp = std::move(*out);
+                                         return out.status();
+                                       });
+    usage_in_flight_.fetch_sub(1);
+    reactor->Finish(ToGrpc(st));
   }).detach();
   return reactor;
 }

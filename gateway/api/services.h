@@ -2,6 +2,8 @@
 // Participant, JobManager, Prober, BenchHost), reply.
 #pragma once
 
+#include <atomic>
+
 #include "fedgate/v1/admin.grpc.pb.h"
 #include "fedgate/v1/federation.grpc.pb.h"
 #include "fedgate/v1/jobs.grpc.pb.h"
@@ -145,6 +147,9 @@ class JobServiceImpl final : public JobServiceBase {
   JobManager* jobs_;
   const Authorizer* authz_;
   Metrics* metrics_;
+  // Usage gatherings in flight, each on a thread of its own (bounded).
+  static constexpr int kMaxUsageInFlight = 32;
+  std::atomic<int> usage_in_flight_{0};
 };
 
 }  // namespace fedgate::gateway
