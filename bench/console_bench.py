@@ -52,7 +52,7 @@ def documents(n_sites, n_jobs, seed=7):
         used = rnd.sample(sites, min(len(sites), rnd.randint(1, 3)))
         jobs["jobs"].append({"id": f"j-{k:016x}", "name": f"train-{k}", "tenant": f"team-{k % 17}",
                              "state": rnd.choice(STATES), "attempt": 1, "reason": "running on sites",
-                             "spec": {"name": f"train-{k}", "gpus": 8 * len(used), "priority": "normal"},
+                             "spec": {"name": f"train-{k}", "gpus": 8 * len(used), "priority": "guaranteed"},
                              "created_at_unix_ms": str(now - rnd.randint(0, 86400000)),
                              "updated_at_unix_ms": str(now),
                              "run": {"sites": [{"site": s, "ranks": []} for s in used]}})

@@ -21,7 +21,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
 ap = argparse.ArgumentParser()
-for a in ("job", "shots", "alice", "alice-tls", "admin", "bob", "nochart", "web", "silent-pid", "ad-ttl"):
+for a in ("job", "pending", "shots", "alice", "alice-tls", "admin", "bob", "nochart", "web", "silent-pid", "ad-ttl"):
     ap.add_argument("--" + a, required=True)
 args = ap.parse_args()
 FEDCTL = os.environ["FEDCTL"]
@@ -235,6 +235,10 @@ try:
 
     go("#/queue", "queue")
     check(driver.find_element(By.ID, "quotas-table").is_displayed(), "queue: quotas shown")
+    reason = text_of(f'#queue-table tr[data-id="{args.pending}"] td[data-field="reason"]') or ""
+    check("waiting" in reason, f"queue: the waiting job is listed with why it waits: {reason!r}")
+    check(not driver.find_elements(By.CSS_SELECTOR, f'#queue-table tr[data-id="{args.job}"]'),
+          "queue: the running job is not in the queue")
     shot("queue")
     go("#/usage", "usage")
     shot("usage")

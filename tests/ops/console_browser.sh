@@ -54,6 +54,10 @@ until fed_alice -o json jobs get "$JOB" | grep -q '"state":"RUNNING"'; do
   sleep 0.5
 done
 
+# 64 GPUs: more than the federation has, so it waits in the queue.
+printf 'name: too-big\ngpus: 64\ncommand: [sleep, "600"]\n' >"$WORK/big.yaml"
+PENDING=$(fed_alice -o json jobs submit -f "$WORK/big.yaml" | $PY -c 'import json,sys; print(json.load(sys.stdin)["job"]["id"])')
+
 # console NAME TLS_DIR [ENV...]: starts one (in this shell, so that cleanup
 # stops it) and sets URL to the first line it prints.
 console() {
@@ -83,7 +87,7 @@ case "$ALICE_URL" in http://127.0.0.1:*/\?token=*) ;; *) fail "first line is not
 
 mkdir -p "$SHOTS"
 FEDCTL_GATEWAY="127.0.0.1:${FED_GRPC[cn-beijing]}" FEDCTL="$FEDCTL" \
-  $PY "$REPO/tests/ops/console_browser.py" --job "$JOB" --shots "$SHOTS" \
+  $PY "$REPO/tests/ops/console_browser.py" --job "$JOB" --pending "$PENDING" --shots "$SHOTS" \
   --alice "$ALICE_URL" --alice-tls "$WORK/alice" --admin "$ADMIN_URL" --bob "$BOB_URL" \
   --nochart "$NOCHART_URL" --web "$BUILD/gateway/cli/console" \
   --silent-pid "${FED_PIDS[cn-shenzhen]}" --ad-ttl 5

@@ -301,13 +301,14 @@ async function viewJob(id) {
 
 async function viewQueue() {
   const [pending, quotas] = await Promise.all([api('/v1/jobs?state=PENDING'), api('/v1/quotas')]);
-  const order = { high: 0, normal: 1, '': 1, low: 2, spot: 3 };
+  // Guaranteed before spot, then oldest first (the scheduler's fair share may
+  // still pick another order; the reason column says what each one waits for).
+  const rank = (j) => (((j.spec || {}).priority || 'guaranteed') === 'spot' ? 1 : 0);
   const jobs = (pending.body.jobs || []).slice().sort((a, b) =>
-    (order[(a.spec || {}).priority || ''] ?? 1) - (order[(b.spec || {}).priority || ''] ?? 1) ||
-    n(a.created_at_unix_ms) - n(b.created_at_unix_ms));
+    rank(a) - rank(b) || n(a.created_at_unix_ms) - n(b.created_at_unix_ms));
   const rows = jobs.map((j, i) => el('tr', { 'data-id': j.id },
     td(i + 1, 'position', true), el('td', {}, el('a', { href: `#/jobs/${encodeURIComponent(j.id)}`, text: j.id })),
-    td(j.tenant, 'tenant'), td((j.spec || {}).priority || 'normal', 'priority'), td((j.spec || {}).gpus || 0, 'gpus', true),
+    td(j.tenant, 'tenant'), td((j.spec || {}).priority || 'guaranteed', 'priority'), td((j.spec || {}).gpus || 0, 'gpus', true),
     td(ago(j.created_at_unix_ms), 'waiting'), td(j.reason, 'reason')));
   const qrows = (quotas.body.quotas || []).map((q) => el('tr', { 'data-tenant': q.tenant },
     td(q.tenant, 'tenant'), td(q.home, 'home'), td(q.gpus, 'gpus', true), td(q.borrow, 'borrow', true),
@@ -315,7 +316,7 @@ async function viewQueue() {
     td(q.used_gpus, 'used_gpus', true), td(q.borrowed_gpus, 'borrowed_gpus', true), td(q.error || '', 'error')));
   return [el('h2', { text: `Queue (${jobs.length} pending)` }),
     table('queue-table', ['#', 'Job', 'Tenant', 'Priority', 'GPUs', 'Waiting', 'Why it waits'], rows,
-      'Pending jobs by priority, then submit time'),
+      'Pending jobs, guaranteed before spot, then by submit time'),
     jobs.length ? null : el('p', { text: 'Nothing waits.' }),
     el('h3', { text: 'Quotas' }),
     table('quotas-table', ['Tenant', 'Home site', 'Nominal GPUs', 'May borrow', 'Per model', 'Used', 'Borrowed', 'Problem'], qrows),
