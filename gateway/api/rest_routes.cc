@@ -8,6 +8,7 @@
 
 #include "base/number.h"
 #include "base/str_cat.h"
+#include "base/text.h"
 
 namespace fedgate::gateway {
 namespace {
@@ -18,21 +19,6 @@ absl::Status FromJson(const std::string& body, google::protobuf::Message* m) {
   auto st = google::protobuf::util::JsonStringToMessage(body, m, strict);
   if (!st.ok()) return absl::InvalidArgumentError(StrCat("bad JSON body: ", st.message()));
   return absl::OkStatus();
-}
-
-std::map<std::string, std::string> Query(std::string_view q) {
-  std::map<std::string, std::string> out;
-  size_t pos = 0;
-  while (pos < q.size()) {
-    size_t amp = q.find('&', pos);
-    if (amp == std::string_view::npos) amp = q.size();
-    std::string_view kv = q.substr(pos, amp - pos);
-    size_t eq = kv.find('=');
-    out[std::string(kv.substr(0, eq))] =
-        eq == std::string_view::npos ? "" : std::string(kv.substr(eq + 1));
-    pos = amp + 1;
-  }
-  return out;
 }
 
 // A whole decimal number that fits T, or an error naming the parameter.
@@ -90,7 +76,7 @@ absl::StatusOr<RestCall> RouteRest(std::string_view method, std::string_view tar
                                    const std::string& body) {
   const size_t q = target.find('?');
   const std::string path(target.substr(0, q));
-  const auto query = Query(q == std::string_view::npos ? "" : target.substr(q + 1));
+  const auto query = ParseQuery(q == std::string_view::npos ? "" : target.substr(q + 1));
   const bool get = method == "GET", post = method == "POST";
   constexpr std::string_view kJobs = "/v1/jobs";
   RestCall call;
@@ -146,6 +132,50 @@ absl::StatusOr<RestCall> RouteRest(std::string_view method, std::string_view tar
     }
   }
   return absl::NotFoundError(StrCat(method, " ", path.substr(0, 200), " is not an endpoint"));
+}
+
+std::map<std::string, std::string> ParseQuery(std::string_view q) {
+  std::map<std::string, std::string> out;
+  size_t pos = 0;
+  while (pos < q.size()) {
+    size_t amp = q.find('&', pos);
+    if (amp == std::string_view::npos) amp = q.size();
+    std::string_view kv = q.substr(pos, amp - pos);
+    size_t eq = kv.find('=');
+    out[std::string(kv.substr(0, eq))] =
+        eq == std::string_view::npos ? "" : std::string(kv.substr(eq + 1));
+    pos = amp + 1;
+  }
+  return out;
+}
+
+int RestHttpStatus(absl::StatusCode c) {
+  switch (c) {
+    case absl::StatusCode::kOk: return 200;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange: return 400;
+    case absl::StatusCode::kUnauthenticated: return 401;
+    case absl::StatusCode::kPermissionDenied: return 403;
+    case absl::StatusCode::kNotFound: return 404;
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kFailedPrecondition: return 409;
+    case absl::StatusCode::kResourceExhausted: return 429;
+    case absl::StatusCode::kUnimplemented: return 501;
+    case absl::StatusCode::kUnavailable: return 503;
+    case absl::StatusCode::kDeadlineExceeded: return 504;
+    default: return 500;
+  }
+}
+
+std::string RestErrorBody(std::string_view code, std::string_view message) {
+  return StrCat("{\"error\": {\"code\": \"", JsonEscape(code), "\", \"message\": \"",
+                JsonEscape(message), "\"}}\n");
+}
+
+std::string RestErrorBody(const absl::Status& st) {
+  return RestErrorBody(absl::StatusCodeToString(st.code()),
+                       std::string_view(st.message().data(), st.message().size()));
 }
 
 }  // namespace fedgate::gateway

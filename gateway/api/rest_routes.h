@@ -3,6 +3,7 @@
 // manager involved, so the decoding that faces the network is fuzzed alone.
 #pragma once
 
+#include <map>
 #include <string>
 #include <string_view>
 
@@ -33,5 +34,14 @@ struct RestCall {
 // INVALID_ARGUMENT for a bad body or query, NOT_FOUND for any other target.
 absl::StatusOr<RestCall> RouteRest(std::string_view method, std::string_view target,
                                    const std::string& body);
+
+// The HTTP status of a call's outcome, as the REST API and fedctl console
+// answer it (400, 401, 403, 404, 409, 429, 501, 503, 504, else 500).
+int RestHttpStatus(absl::StatusCode code);
+// {"error": {"code": "NOT_FOUND", "message": "..."}}
+std::string RestErrorBody(const absl::Status& st);
+std::string RestErrorBody(std::string_view code, std::string_view message);
+// A query string's parameters (a=1&b=2); the last of a repeated name wins.
+std::map<std::string, std::string> ParseQuery(std::string_view query);
 
 }  // namespace fedgate::gateway

@@ -30,6 +30,7 @@
 #include "gateway/jobs/participant.h"
 #include "gateway/peering/core.h"
 #include "gateway/ops/metrics.h"
+#include "gateway/api/accept_loop.h"
 #include "gateway/api/rest_routes.h"
 
 namespace fedgate::gateway {
@@ -39,28 +40,6 @@ namespace asio = boost::asio;
 namespace ssl = boost::asio::ssl;
 namespace http = boost::beast::http;
 using tcp = asio::ip::tcp;
-
-int HttpCode(absl::StatusCode c) {
-  switch (c) {
-    case absl::StatusCode::kOk: return 200;
-    case absl::StatusCode::kInvalidArgument: return 400;
-    case absl::StatusCode::kUnauthenticated: return 401;
-    case absl::StatusCode::kPermissionDenied: return 403;
-    case absl::StatusCode::kNotFound: return 404;
-    case absl::StatusCode::kAlreadyExists:
-    case absl::StatusCode::kFailedPrecondition: return 409;
-    case absl::StatusCode::kResourceExhausted: return 429;
-    case absl::StatusCode::kUnimplemented: return 501;
-    case absl::StatusCode::kUnavailable: return 503;
-    case absl::StatusCode::kDeadlineExceeded: return 504;
-    default: return 500;
-  }
-}
-
-std::string ErrorBody(const absl::Status& st) {
-  return StrCat("{\"error\": {\"code\": \"", absl::StatusCodeToString(st.code()),
-                "\", \"message\": \"", JsonEscape(std::string(st.message())), "\"}}\n");
-}
 
 std::string ToJson(const google::protobuf::Message& m) {
   google::protobuf::util::JsonPrintOptions o;
@@ -195,25 +174,8 @@ struct RestServer::Impl {
   }
 
   void AcceptLoop() {
-    while (!stop) {
-      boost::system::error_code ec;
-      tcp::socket sock(io);
-      acceptor.accept(sock, ec);
-      if (ec) {
-        if (stop) return;
-        continue;
-      }
-      // Connections past the cap wait in the kernel's accept queue instead
-      // of being dropped: a burst of clients is slowed, not failed.
-      while (active.load() >= kMaxConnections && !stop) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      }
-      ++active;
-      std::thread([this, s = std::move(sock)]() mutable {
-        Serve(std::move(s));
-        --active;
-      }).detach();
-    }
+    AcceptEach(io, acceptor, stop, active, kMaxConnections,
+               [this](tcp::socket sock) { Serve(std::move(sock)); });
   }
 
   void Serve(tcp::socket sock) {
@@ -273,8 +235,8 @@ struct RestServer::Impl {
   }
 
   static void Respond(http::response<http::string_body>* res, const absl::Status& st, int code = 0) {
-    res->result(code != 0 ? code : HttpCode(st.code()));
-    res->body() = ErrorBody(st);
+    res->result(code != 0 ? code : RestHttpStatus(st.code()));
+    res->body() = RestErrorBody(st);
   }
 
   absl::StatusOr<Identity> Caller(ssl::stream<tcp::socket>& stream) {

@@ -3,8 +3,6 @@
 #include <chrono>
 
 #include "absl/status/status.h"
-#include "base/str_cat.h"
-#include "base/text.h"
 #include "fedgate/v1/admin.grpc.pb.h"
 #include "fedgate/v1/jobs.grpc.pb.h"
 #include "gateway/api/rest_routes.h"
@@ -12,37 +10,14 @@
 
 namespace fedgate::cli {
 
-int HttpStatusOf(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::StatusCode::OK: return 200;
-    case grpc::StatusCode::INVALID_ARGUMENT:
-    case grpc::StatusCode::OUT_OF_RANGE: return 400;
-    case grpc::StatusCode::UNAUTHENTICATED: return 401;
-    case grpc::StatusCode::PERMISSION_DENIED: return 403;
-    case grpc::StatusCode::NOT_FOUND: return 404;
-    case grpc::StatusCode::ALREADY_EXISTS:
-    case grpc::StatusCode::ABORTED:
-    case grpc::StatusCode::FAILED_PRECONDITION: return 409;
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return 429;
-    case grpc::StatusCode::UNIMPLEMENTED: return 501;
-    case grpc::StatusCode::UNAVAILABLE: return 503;
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return 504;
-    default: return 500;
-  }
-}
-
-std::string ErrorJson(const std::string& code, const std::string& message) {
-  return StrCat("{\"error\": {\"code\": \"", JsonEscape(code), "\", \"message\": \"",
-                JsonEscape(message), "\"}}\n");
-}
-
 namespace {
 
+// gRPC's codes are absl's: the same status and body as the gateway's REST API.
 ConsoleReply Failed(const grpc::Status& st) {
+  const absl::Status as(static_cast<absl::StatusCode>(st.error_code()), st.error_message());
   ConsoleReply r;
-  r.status = HttpStatusOf(st.error_code());
-  r.body = ErrorJson(absl::StatusCodeToString(static_cast<absl::StatusCode>(st.error_code())),
-                     st.error_message());
+  r.status = gateway::RestHttpStatus(as.code());
+  r.body = gateway::RestErrorBody(as);
   return r;
 }
 
@@ -88,8 +63,7 @@ ConsoleReply ConsoleBackend::Answer(const std::string& method, const std::string
   if (!call.ok()) {
     ConsoleReply r;
     r.status = call.status().code() == absl::StatusCode::kNotFound ? 404 : 400;
-    r.body = ErrorJson(absl::StatusCodeToString(call.status().code()),
-                       std::string(call.status().message()));
+    r.body = gateway::RestErrorBody(call.status());
     return r;
   }
   auto jobs = v1::JobService::NewStub(channel_);
@@ -99,7 +73,8 @@ ConsoleReply ConsoleBackend::Answer(const std::string& method, const std::string
     case K::kSubmit: {
       ConsoleReply r;
       r.status = 405;
-      r.body = ErrorJson("METHOD_NOT_ALLOWED", "the console does not submit jobs: fedctl jobs submit");
+      r.body = gateway::RestErrorBody("METHOD_NOT_ALLOWED",
+                                      "the console does not submit jobs: fedctl jobs submit");
       return r;
     }
     case K::kList: {
@@ -154,7 +129,8 @@ ConsoleReply ConsoleBackend::Answer(const std::string& method, const std::string
       return Unary([&](grpc::ClientContext* c, v1::ListNodesResponse* p) { return admin->ListNodes(c, {}, p); }, &resp);
     }
   }
-  return ConsoleReply{404, "application/json", ErrorJson("NOT_FOUND", "no such endpoint"), {}};
+  return ConsoleReply{404, "application/json", gateway::RestErrorBody("NOT_FOUND", "no such endpoint"),
+                      {}};
 }
 
 }  // namespace fedgate::cli

@@ -30,9 +30,4 @@ class ConsoleBackend {
   std::shared_ptr<grpc::Channel> channel_;
 };
 
-// The HTTP status a gRPC status maps to (as the gateway's REST API maps them).
-int HttpStatusOf(grpc::StatusCode code);
-// {"error": {"code": "...", "message": "..."}}
-std::string ErrorJson(const std::string& code, const std::string& message);
-
 }  // namespace fedgate::cli

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "base/str_cat.h"
+#include "gateway/api/rest_routes.h"
 
 namespace fedgate::cli {
 
@@ -19,16 +20,9 @@ std::string ConsoleGuard::PathOf(std::string_view target) {
 std::string ConsoleGuard::QueryParam(std::string_view target, std::string_view name) {
   const size_t q = target.find('?');
   if (q == std::string_view::npos) return "";
-  std::string_view query = target.substr(q + 1);
-  while (!query.empty()) {
-    const size_t amp = query.find('&');
-    std::string_view kv = query.substr(0, amp);
-    const size_t eq = kv.find('=');
-    if (kv.substr(0, eq) == name) return eq == std::string_view::npos ? "" : std::string(kv.substr(eq + 1));
-    if (amp == std::string_view::npos) break;
-    query = query.substr(amp + 1);
-  }
-  return "";
+  const auto params = gateway::ParseQuery(target.substr(q + 1));
+  const auto it = params.find(std::string(name));
+  return it == params.end() ? "" : it->second;
 }
 
 bool ConsoleGuard::TokenMatches(std::string_view candidate) const {

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -14,6 +15,8 @@
 #include <sys/socket.h>
 
 #include "base/host_port.h"
+#include "gateway/api/accept_loop.h"
+#include "gateway/api/rest_routes.h"
 #include "base/str_cat.h"
 
 namespace fedgate::cli {
@@ -23,17 +26,19 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
-// The page's files by URL path, with their types; nothing else is served
-// from disk, so no path can reach outside the folder.
-const std::map<std::string, std::pair<std::string, std::string>>& StaticFiles() {
-  static const auto* files = new std::map<std::string, std::pair<std::string, std::string>>{
-      {"/", {"index.html", "text/html; charset=utf-8"}},
-      {"/index.html", {"index.html", "text/html; charset=utf-8"}},
-      {"/console.css", {"console.css", "text/css; charset=utf-8"}},
-      {"/console.js", {"console.js", "text/javascript; charset=utf-8"}},
-  };
-  return *files;
-}
+// The page's files: URL path, file name, type. Nothing else is served from
+// disk, so no path can reach outside the folder.
+struct StaticFile {
+  const char* path;
+  const char* file;
+  const char* type;
+};
+constexpr StaticFile kStaticFiles[] = {
+    {"/", "index.html", "text/html; charset=utf-8"},
+    {"/index.html", "index.html", "text/html; charset=utf-8"},
+    {"/console.css", "console.css", "text/css; charset=utf-8"},
+    {"/console.js", "console.js", "text/javascript; charset=utf-8"},
+};
 
 std::optional<std::string> Slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -55,6 +60,8 @@ struct ConsoleServer::Impl {
   std::atomic<bool> stop{false};
   std::atomic<int> active{0};
   std::string address;
+  // URL path -> (body, type), read once at start.
+  std::map<std::string, std::pair<std::string, std::string>> files;
   std::mutex fds_mu;
   std::set<int> fds;  // open connections, cut at Stop
   static constexpr int kMaxConnections = 64;
@@ -62,21 +69,8 @@ struct ConsoleServer::Impl {
   explicit Impl(ConsoleBackend b) : backend(std::move(b)) {}
 
   void AcceptLoop() {
-    while (!stop) {
-      boost::system::error_code ec;
-      tcp::socket sock(io);
-      acceptor.accept(sock, ec);
-      if (ec) {
-        if (stop) return;
-        continue;
-      }
-      if (active.load() >= kMaxConnections) continue;  // closed: the browser retries
-      ++active;
-      std::thread([this, s = std::move(sock)]() mutable {
-        Serve(std::move(s));
-        --active;
-      }).detach();
-    }
+    gateway::AcceptEach(io, acceptor, stop, active, kMaxConnections,
+                        [this](tcp::socket sock) { Serve(std::move(sock)); });
   }
 
   void Serve(tcp::socket sock) {
@@ -116,7 +110,7 @@ struct ConsoleServer::Impl {
                     const std::string& message) {
     res->result(status);
     res->set(http::field::content_type, "application/json");
-    res->body() = ErrorJson(code, message);
+    res->body() = gateway::RestErrorBody(code, message);
   }
 
   void Handle(const http::request<http::string_body>& req, http::response<http::string_body>* res) {
@@ -153,19 +147,13 @@ struct ConsoleServer::Impl {
       res->body() = opts.session_json;
       return;
     }
-    std::optional<std::string> body;
-    std::string type;
-    if (path == "/vendor/chart.js" && !opts.chart_js.empty()) {
-      body = Slurp(opts.chart_js);
-      type = "text/javascript; charset=utf-8";
-    } else if (auto it = StaticFiles().find(path); it != StaticFiles().end()) {
-      body = Slurp(opts.web_dir + "/" + it->second.first);
-      type = it->second.second;
+    const auto it = files.find(path);
+    if (it == files.end()) {
+      return Error(res, 404, "NOT_FOUND", StrCat(path.substr(0, 100), " is not a page of the console"));
     }
-    if (!body) return Error(res, 404, "NOT_FOUND", StrCat(path.substr(0, 100), " is not a page of the console"));
     res->result(http::status::ok);
-    res->set(http::field::content_type, type);
-    res->body() = std::move(*body);
+    res->set(http::field::content_type, it->second.second);
+    res->body() = it->second.first;
   }
 };
 
@@ -175,6 +163,17 @@ absl::StatusOr<std::unique_ptr<ConsoleServer>> ConsoleServer::Start(const Consol
   srv->impl_ = std::make_unique<Impl>(std::move(backend));
   auto& im = *srv->impl_;
   im.opts = opts;
+  for (const auto& f : kStaticFiles) {
+    auto body = Slurp(opts.web_dir + "/" + f.file);
+    if (!body) return absl::NotFoundError(StrCat("cannot read ", opts.web_dir, "/", f.file));
+    im.files[f.path] = {std::move(*body), f.type};
+  }
+  if (!opts.chart_js.empty()) {
+    // Missing or unreadable: the page is told there is no Chart.js (session).
+    if (auto chart = Slurp(opts.chart_js)) {
+      im.files["/vendor/chart.js"] = {std::move(*chart), "text/javascript; charset=utf-8"};
+    }
+  }
   const auto [host, port_text] = SplitHostPort(opts.listen);
   const auto port = ParsePort(port_text);
   boost::system::error_code ec;
