@@ -62,6 +62,14 @@ std::optional<absl::Status> RouteJob(bool get, bool post, const std::string& res
     call.get.set_id(rest.substr(0, rest.size() - 3));
     return absl::OkStatus();
   }
+  if (get && rest.ends_with("/events") && rest.find('/') == rest.size() - 7) {
+    call.kind = RestCall::Kind::kEvents;
+    call.events.set_id(rest.substr(0, rest.size() - 7));
+    auto after = Number<uint64_t>(query, "after_seq");
+    if (!after.ok()) return after.status();
+    call.events.set_after_seq(*after);
+    return absl::OkStatus();
+  }
   if (get && rest.find('/') == std::string::npos) {
     call.kind = RestCall::Kind::kGet;
     call.get.set_id(rest);

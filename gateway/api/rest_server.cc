@@ -315,6 +315,7 @@ struct RestServer::Impl {
       case RestCall::Kind::kGet: return reply(jobs->Get(*caller, call->get));
       case RestCall::Kind::kUsage: return reply(jobs->Usage(*caller, call->usage));
       case RestCall::Kind::kQuotas: return reply(jobs->Quotas(*caller, call->quotas));
+      case RestCall::Kind::kEvents: return reply(jobs->Events(*caller, call->events));
       case RestCall::Kind::kVc: {
         auto got = jobs->Get(*caller, call->get);
         if (!got.ok()) return Respond(res, got.status());

@@ -343,6 +343,7 @@ FEDGATE_JOB_RPC(Get, GetJobRequest, GetJobResponse)
 FEDGATE_JOB_RPC(List, ListJobsRequest, ListJobsResponse)
 FEDGATE_JOB_RPC(Cancel, CancelJobRequest, CancelJobResponse)
 FEDGATE_JOB_RPC(Quotas, QuotasRequest, QuotasResponse)
+FEDGATE_JOB_RPC(Events, JobEventsRequest, JobEventsResponse)
 #undef FEDGATE_JOB_RPC
 
 grpc::ServerUnaryReactor* JobServiceImpl::Usage(grpc::CallbackServerContext* ctx,

@@ -134,6 +134,9 @@ class JobServiceImpl final : public JobServiceBase {
                                   v1::UsageResponse* resp) override;
   grpc::ServerUnaryReactor* Quotas(grpc::CallbackServerContext* ctx, const v1::QuotasRequest* req,
                                    v1::QuotasResponse* resp) override;
+  grpc::ServerUnaryReactor* Events(grpc::CallbackServerContext* ctx,
+                                   const v1::JobEventsRequest* req,
+                                   v1::JobEventsResponse* resp) override;
   grpc::ServerUnaryReactor* Cancel(grpc::CallbackServerContext* ctx,
                                    const v1::CancelJobRequest* req,
                                    v1::CancelJobResponse* resp) override;

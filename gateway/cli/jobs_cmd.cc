@@ -1,4 +1,4 @@
-// fedctl jobs plan | submit | get | list | cancel | logs | watch, and vc get:
+// fedctl jobs plan | submit | get | list | cancel | logs | watch | events, and vc get:
 // a tenant's jobs through the federated job API.
 #include <chrono>
 #include <cstdio>
@@ -7,6 +7,7 @@
 #include <memory>
 #include <thread>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/str_cat.h"
@@ -181,6 +182,39 @@ int Logs(const Globals& g, const Opts& o) {
   return 0;
 }
 
+std::string EventLine(const v1::JobEvent& e) {
+  return absl::StrFormat("%s  %-18s %-14s %s\n", e.time(), e.type(),
+                         e.site().empty() ? "-" : e.site(), e.message());
+}
+
+// The job's events after `*after` (fetched through the same stub).
+absl::StatusOr<v1::JobEventsResponse> FetchEvents(v1::JobService::Stub* stub,
+                                                  const std::string& id, uint64_t after) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  v1::JobEventsRequest req;
+  req.set_id(id);
+  req.set_after_seq(after);
+  v1::JobEventsResponse resp;
+  auto st = stub->Events(&ctx, req, &resp);
+  if (!st.ok()) return absl::UnavailableError(st.error_message());
+  return resp;
+}
+
+int Events(const Globals& g, const Opts& o) {
+  auto stub = v1::JobService::NewStub(Connect(g));
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  v1::JobEventsRequest req;
+  req.set_id(o.job_id);
+  v1::JobEventsResponse resp;
+  CheckRpc(stub->Events(&ctx, req, &resp), g, "jobs events");
+  std::string table = absl::StrFormat("%-24s  %-18s %-14s %s\n", "TIME", "TYPE", "SITE", "MESSAGE");
+  for (const auto& e : resp.events()) table += EventLine(e);
+  Print(resp, g.format(), table);
+  return 0;
+}
+
 int Watch(const Globals& g, const Opts& o) {
   auto stub = v1::JobService::NewStub(Connect(g));
   grpc::ClientContext ctx;
@@ -189,10 +223,18 @@ int Watch(const Globals& g, const Opts& o) {
   auto reader = stub->Watch(&ctx, req);
   v1::Job j;
   v1::Job::State final_state = v1::Job::STATE_UNSPECIFIED;
+  uint64_t seen = 0;  // the last event printed
   while (reader->Read(&j)) {
     if (g.format() == Format::kTable) {
       std::printf("%s (attempt %u): %s\n", v1::Job::State_Name(j.state()).c_str(), j.attempt(),
                   j.reason().c_str());
+      // Every write of the job wakes the watch; the story told since follows.
+      if (auto ev = FetchEvents(stub.get(), o.job_id, seen); ev.ok()) {
+        for (const auto& e : ev->events()) {
+          std::printf("  %s", EventLine(e).c_str());
+          seen = e.seq();
+        }
+      }
     } else {
       v1::GetJobResponse one;
       *one.mutable_job() = j;
@@ -267,6 +309,9 @@ void AddJobsCommands(CLI::App& app, Commands* out) {
   auto* watch = jobs->add_subcommand("watch", "print state changes until the job ends");
   watch->add_option("id", o->job_id, "job id")->required();
   add(watch, Watch);
+  auto* events = jobs->add_subcommand("events", "the job's story: placed, staging, started, ...");
+  events->add_option("id", o->job_id, "job id")->required();
+  add(events, Events);
 
   auto* vc = app.add_subcommand("vc", "virtual clusters");
   vc->require_subcommand(1);

@@ -15,6 +15,7 @@
 #include "federation/world_restart.h"
 #include "gateway/jobs/coordinator_key.h"
 #include "gateway/jobs/fan_out.h"
+#include "gateway/jobs/job_story.h"
 #include "gateway/jobs/participant_calls.h"
 
 namespace fedgate::gateway {
@@ -61,6 +62,12 @@ bool Coordinator::Save(JobRecord* job) {
   return false;
 }
 
+void Coordinator::Tell(const std::string& job_id, JobStoryEvent event) {
+  if (auto st = store_->AppendEvents(job_id, {std::move(event)}); !st.ok()) {
+    spdlog::warn("job {}: event not stored: {}", job_id, std::string(st.message()));
+  }
+}
+
 std::vector<int> Coordinator::RemoteFirst(const std::vector<std::string>& sites) const {
   return gateway::RemoteFirst(sites, core_->config().site);
 }
@@ -71,6 +78,7 @@ void Coordinator::UndoReservation(JobRecord job, const std::string& why) {
   job.state = JobState::kPending;
   job.reason = why;
   job.updated_at_unix_ms = core_->clock()->NowMs();
+  job.new_events.push_back(StoryEvent(job.updated_at_unix_ms, "reservation_failed", "", why));
   if (Save(&job)) spdlog::warn("job {}: {}", job.id, why);
 }
 
@@ -91,6 +99,7 @@ void Coordinator::Preempted(JobRecord job, const v1::RunPlan& run, const std::st
   job.updated_at_unix_ms = core_->clock()->NowMs();
   job.state = JobState::kPending;
   job.reason = StrCat(why, "; will run again (preemption does not count against max_attempts)");
+  job.new_events.push_back(StoryEvent(job.updated_at_unix_ms, "preempted", site, job.reason));
   if (Save(&job)) spdlog::warn("job {}: {}", job.id, job.reason);
   last_ok_.erase(job.id);
 }
@@ -113,6 +122,11 @@ void Coordinator::Fail(JobRecord job, const v1::RunPlan& run, const std::string&
     job.reason = StrCat("attempt ", job.attempt, " failed: ", reason, "; retrying",
                         bad_site.empty() ? "" : StrCat(" without ", bad_site));
   }
+  job.new_events.push_back(StoryEvent(job.updated_at_unix_ms,
+                                      job.state == JobState::kFailed ? "finished" : "attempt_failed",
+                                      bad_site,
+                                      job.state == JobState::kFailed ? StrCat("FAILED: ", job.reason)
+                                                                     : job.reason));
   if (Save(&job)) spdlog::warn("job {}: {}", job.id, job.reason);
   last_ok_.erase(job.id);
 }
@@ -124,6 +138,7 @@ void Coordinator::Succeeded(JobRecord job, const v1::RunPlan& run, const std::st
   job.state = JobState::kSucceeded;
   job.reason = reason;
   job.updated_at_unix_ms = now;
+  job.new_events.push_back(StoryEvent(now, "finished", "", StrCat("SUCCEEDED: ", reason)));
   if (Save(&job)) spdlog::info("job {} succeeded", job.id);
   last_ok_.erase(job.id);
 }

@@ -169,6 +169,8 @@ class Coordinator {
   void Sleep(int64_t ms);
   // The compare-and-set write; false (logged) when the job moved meanwhile.
   bool Save(JobRecord* job);
+  // Adds to the job's story what is no change of its state (logged on failure).
+  void Tell(const std::string& job_id, JobStoryEvent event);
 
   std::function<void(double, const JobRecord&)> on_scheduled_;
   std::function<void(const char*, bool, double)> on_phase_;

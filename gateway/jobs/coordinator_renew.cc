@@ -13,6 +13,7 @@
 #include "gateway/jobs/coordinator.h"
 #include "gateway/jobs/coordinator_key.h"
 #include "gateway/jobs/fan_out.h"
+#include "gateway/jobs/job_story.h"
 #include "gateway/jobs/participant_calls.h"
 
 namespace fedgate::gateway {
@@ -131,6 +132,7 @@ void Coordinator::Judge(JobRecord job, const v1::RunPlan& run,
     job.state = JobState::kFailed;
     job.reason = v.reason;
     job.updated_at_unix_ms = now;
+    job.new_events.push_back(StoryEvent(now, "finished", "", StrCat("FAILED: ", v.reason)));
     if (Save(&job)) spdlog::warn("job {}: {}", job.id, job.reason);
     last_ok_.erase(job.id);
     return;

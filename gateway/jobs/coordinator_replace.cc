@@ -15,6 +15,7 @@
 #include "gateway/jobs/coordinator.h"
 #include "gateway/jobs/coordinator_key.h"
 #include "gateway/jobs/fan_out.h"
+#include "gateway/jobs/job_story.h"
 #include "gateway/jobs/participant_calls.h"
 
 namespace fedgate::gateway {
@@ -78,6 +79,11 @@ void Coordinator::JudgeReplace(JobRecord job, v1::RunPlan run,
     if (!was_replacing && run.has_replacing()) {
       spdlog::warn("job {}: world {} lost a slice: {}", job.id, restart_before,
                    run.replacing().why());
+      std::string lost;
+      for (const auto& s : run.replacing().lost_sites()) lost += StrCat(lost.empty() ? "" : ",", s);
+      job.new_events.push_back(StoryEvent(
+          now, "slice_lost", lost,
+          StrCat("world ", restart_before, " restarts: ", run.replacing().why())));
     }
     job.run = run.SerializeAsString();
     job.reason = v.status.empty() ? job.reason : v.status;
@@ -203,6 +209,10 @@ bool Coordinator::ReplaceSlice(JobRecord* job, v1::RunPlan* run, int idx,
   saved.run = next.SerializeAsString();
   saved.reason = StrCat(why, ": reserved on ", target);
   saved.updated_at_unix_ms = core_->clock()->NowMs();
+  saved.new_events.push_back(StoryEvent(saved.updated_at_unix_ms, "replaced", target,
+                                        StrCat("the slice of ", old.site(), " is replaced by ",
+                                               next.sites(idx).ranks_size(), " rank(s) at ",
+                                               target)));
   if (!Save(&saved)) {
     abort_new("the job ended during its replacement");
     return false;
@@ -318,6 +328,11 @@ void Coordinator::RelaunchWorld(JobRecord job, v1::RunPlan run) {
   }
   job.run = next.SerializeAsString();
   job.updated_at_unix_ms = core_->clock()->NowMs();
+  if (status.ok()) {
+    job.new_events.push_back(StoryEvent(job.updated_at_unix_ms, "started", "",
+                                        StrCat("world restart ", restart, " of attempt ",
+                                               job.attempt, " started (after: ", why, ")")));
+  }
   if (Save(&job)) {
     spdlog::info("job {}: {}", job.id, job.reason);
   } else {

@@ -14,6 +14,7 @@
 #include "gateway/jobs/coordinator_key.h"
 #include "gateway/jobs/crash_point.h"
 #include "gateway/jobs/fan_out.h"
+#include "gateway/jobs/job_story.h"
 #include "gateway/jobs/participant_calls.h"
 
 namespace fedgate::gateway {
@@ -158,6 +159,7 @@ bool Coordinator::TryStart(JobRecord job, const std::vector<std::string>& unreac
   job.reason = StrCat("reserving on ", next.sites_size(), " site(s)");
   job.run = next.SerializeAsString();
   job.updated_at_unix_ms = now;
+  job.new_events.push_back(PlacedEvent(now, next, job.attempt));
   if (!Save(&job)) return false;  // cancelled since it was read
   CrashPoint("coordinator-after-reserving");
 
@@ -236,6 +238,10 @@ bool Coordinator::DecideAndCommit(JobRecord job, const v1::RunPlan& next) {
                       next.borrowed() ? " (borrowed quota: preemptible)" : "");
   job.run = next.SerializeAsString();
   job.updated_at_unix_ms = core_->clock()->NowMs();
+  job.new_events.push_back(StoryEvent(
+      job.updated_at_unix_ms, "reserved", "",
+      StrCat("every site holds its GPUs (", next.world_size(), " ranks, master ",
+             next.master_addr(), ":", next.master_port(), "); committing")));
   if (!Save(&job)) {
     if (on_reservation_end_) on_reservation_end_(false);
     StopRun(job, "the job ended during its reservation");
@@ -259,6 +265,11 @@ bool Coordinator::DecideAndCommit(JobRecord job, const v1::RunPlan& next) {
     return false;
   }
   CrashPoint("coordinator-after-first-commit");
+  std::string where;
+  for (const auto& s : next.sites()) where += StrCat(where.empty() ? "" : ", ", s.site());
+  Tell(job.id, StoryEvent(core_->clock()->NowMs(), "started", "",
+                          StrCat("attempt ", job.attempt, ": ", next.world_size(),
+                                 " ranks started on ", where)));
   return true;
 }
 

@@ -12,6 +12,7 @@
 #include "federation/names.h"
 #include "base/str_cat.h"
 #include "gateway/jobs/coordinator.h"
+#include "gateway/jobs/job_story.h"
 #include "gateway/peering/core.h"
 
 namespace fedgate::gateway {
@@ -83,6 +84,8 @@ void JobManager::SubmitAsync(const Identity& caller, const v1::SubmitJobRequest&
   r.reason = plan->placeable() ? plan->summary()
                                : StrCat("waiting for capacity: ", plan->summary(), note);
   r.created_at_unix_ms = r.updated_at_unix_ms = core_->clock()->NowMs();
+  r.new_events.push_back(StoryEvent(r.created_at_unix_ms, "submitted", core_->config().site,
+                                    StrCat("by ", caller.ToUri(), "; ", r.reason)));
   auto reply = [this, done](absl::StatusOr<SubmitOutcome> out) {
     if (!out.ok()) {
       done(out.status());
@@ -172,6 +175,18 @@ absl::StatusOr<v1::ListJobsResponse> JobManager::List(const Identity& caller,
   return resp;
 }
 
+absl::StatusOr<v1::JobEventsResponse> JobManager::Events(const Identity& caller,
+                                                         const v1::JobEventsRequest& req) {
+  auto r = Load(caller, req.id());
+  if (!r.ok()) return r.status();
+  if (store_ == nullptr) return absl::UnimplementedError("no store in the benchmark baseline");
+  auto events = store_->Events(r->id, req.after_seq(), 10000);
+  if (!events.ok()) return events.status();
+  v1::JobEventsResponse resp;
+  for (const auto& e : *events) *resp.add_events() = gateway::ToProto(e);
+  return resp;
+}
+
 absl::StatusOr<v1::LogsResponse> JobManager::Logs(const Identity& caller,
                                                   const v1::LogsRequest& req) {
   auto r = Load(caller, req.id());
@@ -243,6 +258,8 @@ absl::StatusOr<v1::CancelJobResponse> JobManager::Cancel(const Identity& caller,
     next.state = JobState::kCancelled;
     next.reason = reason;
     next.updated_at_unix_ms = core_->clock()->NowMs();
+    next.new_events.push_back(
+        StoryEvent(next.updated_at_unix_ms, "finished", "", StrCat("CANCELLED: ", reason)));
     if (store_ == nullptr) {
       {
         std::lock_guard lock(mem_mu_);

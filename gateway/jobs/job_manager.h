@@ -44,6 +44,9 @@ class JobManager {
   absl::StatusOr<v1::CancelJobResponse> Cancel(const Identity& caller,
                                                const v1::CancelJobRequest& req);
   absl::StatusOr<v1::LogsResponse> Logs(const Identity& caller, const v1::LogsRequest& req);
+  // The job's story, oldest first (at most 10 000 events after `after_seq`).
+  absl::StatusOr<v1::JobEventsResponse> Events(const Identity& caller,
+                                               const v1::JobEventsRequest& req);
 
   // Usage records of every reachable site in [since, until) of one tenant
   // ("" = all), the sites that could not answer, and the time "now" counts as.

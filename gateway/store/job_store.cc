@@ -71,6 +71,23 @@ sqlite3* OpenConn(const std::string& path) {
   return db;
 }
 
+absl::Status InsertEvents(sqlite3* db, const std::string& job_id,
+                          const std::vector<JobStoryEvent>& events) {
+  for (const auto& e : events) {
+    SqlStmt ins(db,
+                "INSERT INTO job_events(job_id, time_ms, type, site, message) "
+                "VALUES(?1, ?2, ?3, ?4, ?5);");
+    if (!ins.ok()) return SqlError(db, "event");
+    ins.Text(1, job_id);
+    ins.Int(2, e.time_ms);
+    ins.Text(3, e.type);
+    ins.Text(4, e.site);
+    ins.Text(5, e.message);
+    if (sqlite3_step(ins.get()) != SQLITE_DONE) return SqlError(db, "event");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string NewJobId() {
@@ -209,7 +226,9 @@ void JobStore::SubmitAsync(JobRecord job,
         ins.Text(10, job.spec.name());
         ins.Blob(11, job.run);
         if (sqlite3_step(ins.get()) != SQLITE_DONE) return SqlError(db, "insert");
+        if (auto st = InsertEvents(db, job.id, job.new_events); !st.ok()) return st;
         *out = {job, true};
+        out->job.new_events.clear();
         return absl::OkStatus();
       },
       [out, done = std::move(done)](absl::Status st) {
@@ -349,13 +368,47 @@ absl::Status JobStore::Save(JobRecord* job, federation::JobActor who) {
     up.Int(6, job->updated_at_unix_ms);
     up.Int(7, static_cast<int64_t>(job->version));
     if (sqlite3_step(up.get()) != SQLITE_DONE) return SqlError(db, "save");
-    return absl::OkStatus();
+    return InsertEvents(db, job->id, job->new_events);
   });
   if (st.ok()) {
     job->version = stored_version + 1;
+    job->new_events.clear();
     if (on_write_) on_write_(job->id);
   }
   return st;
+}
+
+absl::Status JobStore::AppendEvents(const std::string& job_id,
+                                    const std::vector<JobStoryEvent>& events) {
+  if (events.empty()) return absl::OkStatus();
+  absl::Status st = Enqueue([&](sqlite3* db) { return InsertEvents(db, job_id, events); });
+  if (st.ok() && on_write_) on_write_(job_id);
+  return st;
+}
+
+absl::StatusOr<std::vector<JobStoryEvent>> JobStore::Events(const std::string& job_id,
+                                                           uint64_t after_seq, int limit) {
+  std::lock_guard lock(read_mu_);
+  SqlStmt st(reader_,
+             "SELECT seq, time_ms, type, site, message FROM job_events "
+             "WHERE job_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3;");
+  if (!st.ok()) return SqlError(reader_, "events");
+  st.Text(1, job_id);
+  st.Int(2, static_cast<int64_t>(after_seq));
+  st.Int(3, std::clamp(limit, 1, 100000));
+  std::vector<JobStoryEvent> out;
+  int rc;
+  while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) {
+    JobStoryEvent e;
+    e.seq = static_cast<uint64_t>(sqlite3_column_int64(st.get(), 0));
+    e.time_ms = sqlite3_column_int64(st.get(), 1);
+    e.type = ColText(st.get(), 2);
+    e.site = ColText(st.get(), 3);
+    e.message = ColText(st.get(), 4);
+    out.push_back(std::move(e));
+  }
+  if (rc != SQLITE_DONE) return SqlError(reader_, "events");
+  return out;
 }
 
 }  // namespace fedgate::gateway

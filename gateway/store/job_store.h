@@ -28,6 +28,15 @@ struct sqlite3;
 
 namespace fedgate::gateway {
 
+// One step of a job's story (v1::JobEvent without its formatting).
+struct JobStoryEvent {
+  int64_t time_ms = 0;
+  std::string type;     // submitted, placed, staging, reserved, started, ...
+  std::string site;     // "" = the job as a whole
+  std::string message;
+  uint64_t seq = 0;     // set when read back
+};
+
 struct JobRecord {
   std::string id;
   std::string tenant;
@@ -40,6 +49,9 @@ struct JobRecord {
   int64_t updated_at_unix_ms = 0;
   std::string run;  // serialized v1::RunPlan, "" before the first attempt
   uint64_t version = 0;  // bumped by every write; Save compares it
+  // Written by the next Submit or Save in the same transaction as the row
+  // (a state and the event that says why land together), then cleared.
+  std::vector<JobStoryEvent> new_events;
 };
 
 struct SubmitOutcome {
@@ -69,6 +81,12 @@ class JobStore {
   // the state machine lets `who` move the stored state to `job->state` (else
   // FAILED_PRECONDITION). On success `job->version` is the new version.
   absl::Status Save(JobRecord* job, federation::JobActor who);
+  // Appends events to a job's story without touching the job (progress that
+  // is no change of state); durable on return.
+  absl::Status AppendEvents(const std::string& job_id, const std::vector<JobStoryEvent>& events);
+  // The job's events with seq > `after_seq`, oldest first, at most `limit`.
+  absl::StatusOr<std::vector<JobStoryEvent>> Events(const std::string& job_id, uint64_t after_seq,
+                                                    int limit);
   // Called with the job's id after every Save that landed (set before use).
   void SetOnWrite(std::function<void(const std::string&)> fn) { on_write_ = std::move(fn); }
   // Called on the writer thread after every transaction: its duration

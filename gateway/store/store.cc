@@ -55,6 +55,11 @@ const char* const kMigrations[] = {
     // 10: a list filtered by state walks that state's jobs in id order; it
     // read every job ever stored before.
     "CREATE INDEX jobs_by_state_id ON jobs(state, id);",
+    // 11: each job's story (fedctl jobs events), in order of seq.
+    "CREATE TABLE job_events (seq INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL,"
+    "                         time_ms INTEGER NOT NULL, type TEXT NOT NULL,"
+    "                         site TEXT NOT NULL, message TEXT NOT NULL);"
+    "CREATE INDEX job_events_by_job ON job_events(job_id, seq);",
 };
 
 }  // namespace

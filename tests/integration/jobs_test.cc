@@ -85,6 +85,17 @@ TEST_F(JobsTest, SubmitGetListCancelWithTenantsFromCertificates) {
   EXPECT_EQ(JobOf(cancel).state(), v1::Job::CANCELLED);
   EXPECT_NE(Fedctl("alice", {"jobs", "cancel", job.id()}).err.find("already ended"),
             std::string::npos);
+  // fedctl jobs events: one JSON document, its story oldest first.
+  auto story = Fedctl("alice", {"jobs", "events", job.id()});
+  ASSERT_EQ(story.exit_code, 0) << story.err;
+  v1::JobEventsResponse events;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(story.out, &events).ok()) << story.out;
+  ASSERT_GE(events.events_size(), 2) << story.out;
+  EXPECT_EQ(events.events(0).type(), "submitted");
+  EXPECT_EQ(events.events(0).site(), "cn-beijing");
+  EXPECT_EQ(events.events(events.events_size() - 1).type(), "finished");
+  EXPECT_NE(story.out.find("\"seq\":"), std::string::npos) << "snake_case numbers: " << story.out;
+  EXPECT_NE(Fedctl("bob", {"jobs", "events", job.id()}).err.find("NOT_FOUND"), std::string::npos);
 
   // What an operator's dashboards read: jobs by state, the oldest pending
   // job, and every site's GPUs.

@@ -137,7 +137,28 @@ TEST_F(RestTest, FederationViewsAndAJobsVirtualCluster) {
   EXPECT_EQ(Curl("bob", "GET", "/v1/jobs/" + id + "/vc").first, 404) << "another tenant's job";
   EXPECT_EQ(Curl("alice", "GET", "/v1/jobs/j-00000000000000ff/vc").first, 404);
   EXPECT_EQ(Curl("alice", "GET", "/v1/jobs/not..an-id/vc").first, 400) << "a malformed id";
+  // The job's story so far, oldest first: why it is where it is.
+  std::string story;
+  ASSERT_TRUE(Eventually([&] {
+    story = Curl("alice", "GET", "/v1/jobs/" + id + "/events").second;
+    return story.find("\"type\":\"started\"") != std::string::npos;
+  }, 20000, 200)) << story;
+  size_t at = 0;
+  for (const char* type : {"submitted", "placed", "reserved", "started"}) {
+    const size_t p = story.find(std::string("\"type\":\"") + type + "\"", at);
+    EXPECT_NE(p, std::string::npos) << type << " after offset " << at << ": " << story;
+    if (p != std::string::npos) at = p;
+  }
+  EXPECT_NE(story.find("placed on cn-beijing"), std::string::npos) << story;
+  EXPECT_NE(story.find("cn-beijing (used): "), std::string::npos) << "with the reasons: " << story;
+  EXPECT_EQ(Curl("bob", "GET", "/v1/jobs/" + id + "/events").first, 404) << "another tenant's job";
+  EXPECT_EQ(Curl("alice", "GET", "/v1/jobs/" + id + "/events?after_seq=x").first, 400);
   Curl("alice", "POST", "/v1/jobs/" + id + ":cancel");
+  ASSERT_TRUE(Eventually([&] {
+    story = Curl("alice", "GET", "/v1/jobs/" + id + "/events?after_seq=2").second;
+    return story.find("CANCELLED: cancelled by") != std::string::npos;
+  }, 5000, 100)) << story;
+  EXPECT_EQ(story.find("\"submitted\""), std::string::npos) << "after_seq skips the first: " << story;
 }
 
 }  // namespace

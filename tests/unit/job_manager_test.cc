@@ -63,6 +63,22 @@ TEST_F(JobManagerTest, ATenantSeesAndCancelsOnlyItsOwnJobs) {
   EXPECT_EQ(manager_->Cancel(User("vision"), cancel).status().code(),
             absl::StatusCode::kFailedPrecondition)
       << "an ended job stays ended";
+  // Its story: submitted then finished, each with its reason; another
+  // tenant learns nothing of it.
+  v1::JobEventsRequest ev;
+  ev.set_id(id);
+  EXPECT_EQ(manager_->Events(User("nlp"), ev).status().code(), absl::StatusCode::kNotFound);
+  auto story = manager_->Events(User("vision", "bob"), ev);
+  ASSERT_TRUE(story.ok()) << story.status();
+  ASSERT_EQ(story->events_size(), 2);
+  EXPECT_EQ(story->events(0).type(), "submitted");
+  EXPECT_NE(story->events(0).message().find("spiffe://aidc/tenant/vision/user/alice"),
+            std::string::npos);
+  EXPECT_EQ(story->events(1).type(), "finished");
+  EXPECT_EQ(story->events(1).message().rfind("CANCELLED: cancelled by", 0), 0u)
+      << story->events(1).message();
+  EXPECT_EQ(story->events(1).time().size(), 24u) << story->events(1).time();  // ms, UTC
+  EXPECT_EQ(story->events(1).time().back(), 'Z');
 }
 
 TEST_F(JobManagerTest, ABadSpecIsRefusedAndStoresNothing) {

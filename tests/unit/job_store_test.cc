@@ -157,6 +157,44 @@ TEST_F(JobStoreTest, VersionsFollowEveryWriteAndSurviveAReopen) {
   EXPECT_EQ((*got)->state, JobState::kPending);
 }
 
+TEST_F(JobStoreTest, EventsLandWithTheirWriteAndOnlyWithIt) {
+  JobRecord r = Job("vision", "");
+  r.new_events.push_back({1, "submitted", "cn-a", "by alice", 0});
+  auto a = jobs_->Submit(r);
+  ASSERT_TRUE(a.ok());
+  EXPECT_TRUE(a->job.new_events.empty());
+  JobRecord j = a->job, stale = a->job;
+  j.state = JobState::kReserving;
+  j.new_events.push_back({2, "placed", "", "on cn-a", 0});
+  ASSERT_TRUE(jobs_->Save(&j, JobActor::kCoordinator).ok());
+  EXPECT_TRUE(j.new_events.empty());
+  // A write that loses its compare-and-set tells nothing.
+  stale.state = JobState::kReserving;
+  stale.new_events.push_back({3, "placed", "", "a stale placement", 0});
+  EXPECT_EQ(jobs_->Save(&stale, JobActor::kCoordinator).code(), absl::StatusCode::kAborted);
+  ASSERT_TRUE(jobs_->AppendEvents(j.id, {{4, "staging", "cn-b", "41 %", 0}}).ok());
+  // Another job's events stay its own.
+  JobRecord other = Job("vision", "");
+  other.new_events.push_back({5, "submitted", "cn-a", "other", 0});
+  ASSERT_TRUE(jobs_->Submit(other).ok());
+  jobs_.reset();
+  jobs_ = std::move(*JobStore::Open(dir_ / "fedgate.db"));
+  auto ev = jobs_->Events(j.id, 0, 100);
+  ASSERT_TRUE(ev.ok()) << ev.status();
+  ASSERT_EQ(ev->size(), 3u);
+  EXPECT_EQ((*ev)[0].type, "submitted");
+  EXPECT_EQ((*ev)[0].site, "cn-a");
+  EXPECT_EQ((*ev)[1].type, "placed");
+  EXPECT_EQ((*ev)[1].message, "on cn-a");
+  EXPECT_EQ((*ev)[2].type, "staging");
+  EXPECT_EQ((*ev)[2].time_ms, 4);
+  EXPECT_LT((*ev)[0].seq, (*ev)[1].seq);
+  EXPECT_LT((*ev)[1].seq, (*ev)[2].seq);
+  auto after = jobs_->Events(j.id, (*ev)[1].seq, 100);
+  ASSERT_EQ(after->size(), 1u);
+  EXPECT_EQ((*after)[0].type, "staging");
+}
+
 TEST_F(JobStoreTest, EachFilterPagesInIdOrderAndKeepsToItsRows) {
   // Two tenants, every third job of each cancelled.
   std::set<std::string> cancelled_vision, cancelled_all;

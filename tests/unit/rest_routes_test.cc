@@ -26,6 +26,20 @@ TEST(RestRoutes, VirtualClusterOfAJob) {
   EXPECT_EQ(RouteRest("GET", "/v1/jobs/j-1", "")->kind, K::kGet);
 }
 
+TEST(RestRoutes, EventsOfAJob) {
+  auto ev = RouteRest("GET", "/v1/jobs/j-1/events?after_seq=7", "");
+  ASSERT_TRUE(ev.ok());
+  EXPECT_EQ(ev->kind, K::kEvents);
+  EXPECT_EQ(ev->events.id(), "j-1");
+  EXPECT_EQ(ev->events.after_seq(), 7u);
+  EXPECT_EQ(RouteRest("GET", "/v1/jobs/j-1/events?after_seq=-1", "").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RouteRest("GET", "/v1/jobs/a/b/events", "").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(RouteRest("POST", "/v1/jobs/j-1/events", "").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 TEST(RestRoutes, LogsAndUsageQueries) {
   auto logs = RouteRest("GET", "/v1/jobs/j-1/logs?rank=3&offset=99", "");
   ASSERT_TRUE(logs.ok());

@@ -116,6 +116,10 @@ ConsoleReply ConsoleBackend::Answer(const std::string& method, const std::string
       v1::QuotasResponse resp;
       return Unary([&](grpc::ClientContext* c, v1::QuotasResponse* p) { return jobs->Quotas(c, call->quotas, p); }, &resp);
     }
+    case K::kEvents: {
+      v1::JobEventsResponse resp;
+      return Unary([&](grpc::ClientContext* c, v1::JobEventsResponse* p) { return jobs->Events(c, call->events, p); }, &resp);
+    }
     case K::kSites: {
       v1::GetCapacityResponse resp;
       return Unary([&](grpc::ClientContext* c, v1::GetCapacityResponse* p) { return admin->GetCapacity(c, {}, p); }, &resp);
