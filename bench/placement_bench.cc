@@ -29,7 +29,7 @@ World Make(int sites, unsigned seed, int links_per_site) {
   World w;
   const char* models[] = {"A100-80GB", "H100"};
   for (int s = 0; s < sites; ++s) {
-    SiteOffer o{"site-" + std::to_string(s), true, {}};
+    SiteOffer o{"site-" + std::to_string(s), true, {}, {}};
     for (int n = 0; n < 2; ++n) {
       o.nodes.push_back({"n" + std::to_string(n), models[rng() % 2], 80,
                          static_cast<uint32_t>(4 + rng() % 5)});

@@ -153,7 +153,7 @@ std::vector<SiteOffer> BuildOffers(const std::string& self_site,
                                    const FreeGpus& local_free, const NodeExtras& local_extras,
                                    const OfferFor& whom) {
   std::vector<SiteOffer> out;
-  SiteOffer local{self_site, true, {}};
+  SiteOffer local{self_site, true, {}, {}};
   for (const auto& n : local_nodes) {
     auto e = local_extras.find(n.name);
     const NodeExtra extra = e == local_extras.end() ? NodeExtra{} : e->second;
@@ -165,7 +165,7 @@ std::vector<SiteOffer> BuildOffers(const std::string& self_site,
   for (const StoredAd* stored : ads) {
     const auto& ad = stored->ad;
     if (ad.origin() == self_site || ad.withdrawn()) continue;
-    SiteOffer o{ad.origin(), !Silent(*stored, now_ms), {}};
+    SiteOffer o{ad.origin(), !Silent(*stored, now_ms), {}, {}};
     for (const auto& n : ad.nodes()) {
       o.nodes.push_back({n.name(), n.gpu_model(), n.gpu_memory_gib(),
                          Offered(n.free_gpus(), n.preemptible_gpus(),
@@ -173,6 +173,15 @@ std::vector<SiteOffer> BuildOffers(const std::string& self_site,
                                  whom)});
     }
     out.push_back(std::move(o));
+  }
+  // Datasets from every ad, this site's own included (its ad carries them).
+  std::map<std::string, SiteOffer*> by_site;
+  for (auto& o : out) by_site[o.site] = &o;
+  for (const StoredAd* stored : ads) {
+    if (stored->ad.withdrawn()) continue;
+    auto it = by_site.find(stored->ad.origin());
+    if (it == by_site.end()) continue;
+    for (const auto& d : stored->ad.datasets()) it->second->datasets[d.name()] = d.bytes();
   }
   std::sort(out.begin(), out.end(),
             [](const SiteOffer& a, const SiteOffer& b) { return a.site < b.site; });

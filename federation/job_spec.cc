@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "federation/dataset.h"
 #include "federation/duration.h"
 #include "federation/names.h"
 #include "base/str_cat.h"
@@ -26,10 +27,23 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const std::set<std::string
   if (spec.min_gpus_per_site() > spec.gpus()) {
     return bad("min_gpus_per_site ", spec.min_gpus_per_site(), " is more than gpus ", spec.gpus());
   }
-  for (const auto* list : {&spec.allowed_sites(), &spec.avoided_sites()}) {
+  for (const auto* list : {&spec.allowed_sites(), &spec.avoided_sites(), &spec.preferred_sites()}) {
     for (const auto& s : *list) {
-      if (!IsValidName(s)) return bad("invalid site name \"", s, "\" in allowed/avoided_sites");
+      if (!IsValidName(s)) {
+        return bad("invalid site name \"", s.substr(0, 63),
+                   "\" in allowed/avoided/preferred_sites");
+      }
     }
+  }
+  if (spec.datasets_size() > 32) return bad("at most 32 datasets, got ", spec.datasets_size());
+  std::set<std::string> seen_datasets;
+  for (const auto& d : spec.datasets()) {
+    if (!IsValidDatasetName(d)) {
+      return bad("datasets: \"", d.substr(0, 100),
+                 "\" is not a dataset name (want 1-100 of [A-Za-z0-9._-], starting with a letter "
+                 "or digit; no '/', no '..')");
+    }
+    if (!seen_datasets.insert(d).second) return bad("datasets: \"", d, "\" is named twice");
   }
   if (!spec.priority().empty() && spec.priority() != "guaranteed" && spec.priority() != "spot") {
     return bad("priority must be guaranteed or spot, got \"", spec.priority(), "\"");
@@ -81,6 +95,8 @@ JobRequest ToJobRequest(const v1::JobSpec& spec) {
   r.min_link_gbps = spec.min_link_gbps();
   r.allowed_sites.assign(spec.allowed_sites().begin(), spec.allowed_sites().end());
   r.avoided_sites.assign(spec.avoided_sites().begin(), spec.avoided_sites().end());
+  r.preferred_sites.assign(spec.preferred_sites().begin(), spec.preferred_sites().end());
+  r.datasets.assign(spec.datasets().begin(), spec.datasets().end());
   return r;
 }
 

@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "base/str_cat.h"
+#include "federation/dataset.h"
 
 namespace fedgate::federation {
 namespace {
@@ -47,6 +48,7 @@ bool CandidateBetter(const Candidate& a, const Candidate& b) {
 
 bool Better(const Score& a, const Score& b) {
   if (a.sites != b.sites) return a.sites < b.sites;
+  if (a.staging_seconds != b.staging_seconds) return a.staging_seconds < b.staging_seconds;
   if (a.bottleneck_gbps != b.bottleneck_gbps) return a.bottleneck_gbps > b.bottleneck_gbps;
   return a.leftover_gpus < b.leftover_gpus;
 }
@@ -58,9 +60,21 @@ PlacementResult Place(const JobRequest& job, const std::vector<SiteOffer>& offer
       [&](size_t a, size_t b) { return links(offers[a].site, offers[b].site); }, exact_budget);
 }
 
-PlacementResult PlaceByIndex(const JobRequest& job, const std::vector<SiteOffer>& offers,
-                             const OfferPairGbps& links, uint64_t exact_budget) {
+namespace {
+
+// The objective without preferred_sites.
+PlacementResult PlaceAny(const JobRequest& job, const std::vector<SiteOffer>& offers,
+                         const OfferPairGbps& links, uint64_t exact_budget) {
   PlacementResult result;
+  std::string missing;
+  const auto staging = job.datasets.empty()
+                           ? std::vector<SiteStaging>(offers.size())
+                           : StagingPerOffer(job.datasets, offers, links, &missing);
+  if (!missing.empty()) {
+    for (const auto& o : offers) result.explanation.push_back({o.site, false, StrCat("no site up holds dataset ", missing)});
+    result.summary = StrCat("cannot place ", job.gpus, " GPU(s) now: no site up holds dataset ", missing);
+    return result;
+  }
   std::map<std::string, std::string> why_not;
   std::vector<Eligible> eligible;
   const uint32_t min_per_site = std::max<uint32_t>(1, job.min_gpus_per_site);
@@ -144,10 +158,12 @@ PlacementResult PlaceByIndex(const JobRequest& job, const std::vector<SiteOffer>
         bottleneck = std::min(bottleneck, bw_of(idx[a], idx[b]));
       }
     }
+    double stage = 0;
+    for (int i : idx) stage = std::max(stage, staging[eligible[i].offer].seconds);
     Candidate c;
     c.idx = idx;
     std::sort(c.idx.begin(), c.idx.end());
-    c.score = {static_cast<uint32_t>(idx.size()), bottleneck,
+    c.score = {static_cast<uint32_t>(idx.size()), stage, bottleneck,
                static_cast<uint32_t>(free - job.gpus)};
     for (int i : c.idx) c.key += eligible[i].site + "\n";
     return c;
@@ -261,6 +277,7 @@ PlacementResult PlaceByIndex(const JobRequest& job, const std::vector<SiteOffer>
     Placement p;
     p.bottleneck_gbps = best->score.bottleneck_gbps;
     p.leftover_gpus = best->score.leftover_gpus;
+    p.staging_seconds = best->score.staging_seconds;
     // Spread the GPUs: every site its minimum, the rest to the sites with the
     // most free GPUs first (fewer, fuller slices).
     std::vector<int> order = best->idx;
@@ -299,12 +316,20 @@ PlacementResult PlaceByIndex(const JobRequest& job, const std::vector<SiteOffer>
         p.slices.push_back(s);
       }
       p.sites.push_back(eligible[i].site);
+      const auto& st = staging[eligible[i].offer];
       result.explanation.push_back(
-          {eligible[i].site, true, StrCat("used: ", take[i], " of ", eligible[i].free,
-                                          " matching free GPU(s)")});
+          {eligible[i].site, true,
+           StrCat("used: ", take[i], " of ", eligible[i].free, " matching free GPU(s)",
+                  st.detail.empty() ? (job.datasets.empty() ? "" : "; holds its datasets")
+                                    : StrCat("; ", st.detail))});
     }
     result.placement = std::move(p);
     result.summary = StrCat("placed on ", best->idx.size(), " site(s)");
+    if (!job.datasets.empty()) {
+      result.summary += best->score.staging_seconds > 0
+                            ? StrCat(", datasets staged in ", HumanSeconds(best->score.staging_seconds))
+                            : ", datasets already there";
+    }
   } else {
     result.summary = StrCat("cannot place ", job.gpus, " GPU(s) now");
   }
@@ -316,6 +341,7 @@ PlacementResult PlaceByIndex(const JobRequest& job, const std::vector<SiteOffer>
     std::string reason;
     if (result.placement) {
       reason = StrCat("eligible (", e.free, " free) but not in the best set");
+      if (!staging[e.offer].detail.empty()) reason += StrCat(" (", staging[e.offer].detail, ")");
       if (job.min_link_gbps > 0) {
         for (int ui : best->idx) {
           const std::string& u = eligible[ui].site;
@@ -345,6 +371,44 @@ PlacementResult PlaceByIndex(const JobRequest& job, const std::vector<SiteOffer>
     if (job.min_link_gbps > 0) result.summary += StrCat(", min_link_gbps ", job.min_link_gbps);
   }
   return result;
+}
+
+}  // namespace
+
+PlacementResult PlaceByIndex(const JobRequest& job, const std::vector<SiteOffer>& offers,
+                             const OfferPairGbps& links, uint64_t exact_budget) {
+  // preferred_sites: the shortest prefix of the list that holds a feasible
+  // set wins, whatever the objective says of the rest.
+  std::vector<std::string> prefix;
+  for (const auto& p : job.preferred_sites) {
+    if (Contains(prefix, p)) continue;
+    prefix.push_back(p);
+    JobRequest within = job;
+    within.preferred_sites.clear();
+    within.allowed_sites.clear();
+    for (const auto& s : prefix) {
+      if (job.allowed_sites.empty() || Contains(job.allowed_sites, s)) within.allowed_sites.push_back(s);
+    }
+    if (within.allowed_sites.empty()) continue;
+    PlacementResult r = PlaceAny(within, offers, links, exact_budget);
+    if (!r.placement) continue;
+    std::string list;
+    for (const auto& s : prefix) list += StrCat(list.empty() ? "" : ", ", s);
+    for (auto& e : r.explanation) {
+      const bool outside = !Contains(prefix, e.site) &&
+                           (job.allowed_sites.empty() || Contains(job.allowed_sites, e.site));
+      if (!e.used && outside && e.reason == "not in allowed_sites") {
+        e.reason = StrCat("not needed: preferred_sites [", list, "] fit the job");
+      }
+    }
+    r.summary += StrCat(" (preferred_sites won: [", list, "] fit the job)");
+    return r;
+  }
+  PlacementResult r = PlaceAny(job, offers, links, exact_budget);
+  if (!job.preferred_sites.empty() && r.placement) {
+    r.summary += " (preferred_sites cannot hold it: the objective ranked every site)";
+  }
+  return r;
 }
 
 }  // namespace fedgate::federation

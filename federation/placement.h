@@ -1,16 +1,19 @@
 // Placement: which sites and GPUs a job gets. A pure function of the job's
 // constraints, the sites' offers and the bandwidth between them.
 //
-// Objective (DESIGN.md), lexicographic over feasible sets of sites: fewest
-// sites; then the highest bottleneck link among the chosen sites (an unknown
-// link counts as 0, a single site as unbounded); then the least capacity left
-// free on the chosen sites (best fit); then the set whose sorted site names
-// compare first.
+// Objective (DESIGN.md), lexicographic over feasible sets of sites: the
+// job's preferred_sites in their order when a feasible set fits within them;
+// then fewest sites; then the least time to stage the job's datasets to the
+// chosen sites (federation/dataset.h); then the highest bottleneck link among
+// the chosen sites (an unknown link counts as 0, a single site as unbounded);
+// then the least capacity left free on the chosen sites (best fit); then the
+// set whose sorted site names compare first.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,6 +29,8 @@ struct JobRequest {
   double min_link_gbps = 0;  // an unknown link never satisfies a value > 0
   std::vector<std::string> allowed_sites;  // empty = all
   std::vector<std::string> avoided_sites;
+  std::vector<std::string> preferred_sites;  // tried first, in order
+  std::vector<std::string> datasets;         // staged to every chosen site that lacks them
 };
 
 struct NodeOffer {
@@ -39,6 +44,7 @@ struct SiteOffer {
   std::string site;
   bool up = true;
   std::vector<NodeOffer> nodes;
+  std::map<std::string, uint64_t> datasets;  // held here: name -> bytes
 };
 
 struct Slice {
@@ -59,6 +65,7 @@ struct Placement {
   std::vector<Slice> slices;       // site by site, node by node
   double bottleneck_gbps = std::numeric_limits<double>::infinity();
   uint32_t leftover_gpus = 0;  // eligible GPUs left free on the chosen sites
+  double staging_seconds = 0;  // the slowest chosen site's staging of the datasets
 };
 
 struct PlacementResult {
@@ -85,6 +92,7 @@ PlacementResult PlaceByIndex(const JobRequest& job, const std::vector<SiteOffer>
 // The objective value of a set of sites, for comparing placements.
 struct Score {
   uint32_t sites = 0;
+  double staging_seconds = 0;
   double bottleneck_gbps = 0;
   uint32_t leftover_gpus = 0;
 };

@@ -170,7 +170,7 @@ absl::StatusOr<SimResult> Simulate(std::vector<TraceJob> jobs, const TraceInfo& 
   auto try_start = [&](const SchedJob& j) -> std::optional<GpusByModel> {
     std::vector<federation::SiteOffer> offers;
     for (const auto& s : sites) {
-      federation::SiteOffer o{s.name, true, {}};
+      federation::SiteOffer o{s.name, true, {}, {}};
       for (size_t i : site_nodes[s.name]) {
         if (nodes[i].free > 0) o.nodes.push_back({nodes[i].name, nodes[i].model, 80, nodes[i].free});
       }

@@ -110,10 +110,12 @@ absl::StatusOr<RestCall> RouteRest(std::string_view method, std::string_view tar
     call.list.set_page_size(*size);
     return call;
   }
-  if (get && (path == "/v1/sites" || path == "/v1/links" || path == "/v1/nodes")) {
-    call.kind = path == "/v1/sites"   ? RestCall::Kind::kSites
-                : path == "/v1/links" ? RestCall::Kind::kLinks
-                                      : RestCall::Kind::kNodes;
+  if (get && (path == "/v1/sites" || path == "/v1/links" || path == "/v1/nodes" ||
+              path == "/v1/datasets")) {
+    call.kind = path == "/v1/sites"      ? RestCall::Kind::kSites
+                : path == "/v1/links"    ? RestCall::Kind::kLinks
+                : path == "/v1/datasets" ? RestCall::Kind::kDatasets
+                                         : RestCall::Kind::kNodes;
     return call;
   }
   if (path == "/v1/quotas" && get) {

@@ -14,7 +14,7 @@ namespace fedgate::gateway {
 
 struct RestCall {
   enum class Kind { kSubmit, kList, kCancel, kLogs, kGet, kUsage, kQuotas, kVc, kSites, kLinks,
-                    kNodes, kEvents };
+                    kNodes, kEvents, kDatasets };
   Kind kind = Kind::kGet;
   v1::SubmitJobRequest submit;
   v1::ListJobsRequest list;
@@ -32,7 +32,7 @@ struct RestCall {
 // GET /v1/quotas?tenant=, GET /v1/jobs/{id}/vc (the virtual cluster: `get`
 // names the job), GET /v1/sites (= fedctl capacity), GET /v1/links,
 // GET /v1/nodes (this site's nodes; its admins only),
-// GET /v1/jobs/{id}/events?after_seq= (the job's story).
+// GET /v1/jobs/{id}/events?after_seq= (the job's story), GET /v1/datasets.
 // INVALID_ARGUMENT for a bad body or query, NOT_FOUND for any other target.
 absl::StatusOr<RestCall> RouteRest(std::string_view method, std::string_view target,
                                    const std::string& body);

@@ -274,8 +274,9 @@ struct RestServer::Impl {
       res->body() = ToJson(core->Capacity());
       return;
     }
-    if (kind == RestCall::Kind::kLinks) {
-      res->body() = ToJson(core->ListLinks());
+    if (kind == RestCall::Kind::kLinks || kind == RestCall::Kind::kDatasets) {
+      res->body() = kind == RestCall::Kind::kLinks ? ToJson(core->ListLinks())
+                                                   : ToJson(core->ListDatasets());
       return;
     }
     if (auto st = Decide(caller, RpcClass::kAdmin, config.federation, config.site,
@@ -323,7 +324,8 @@ struct RestServer::Impl {
       }
       case RestCall::Kind::kSites:
       case RestCall::Kind::kLinks:
-      case RestCall::Kind::kNodes: return View(*caller, call->kind, res);
+      case RestCall::Kind::kNodes:
+      case RestCall::Kind::kDatasets: return View(*caller, call->kind, res);
       case RestCall::Kind::kLogs: {
         auto out = jobs->Logs(*caller, call->logs);
         if (!out.ok()) return Respond(res, out.status());

@@ -289,6 +289,15 @@ grpc::ServerUnaryReactor* AdminServiceImpl::ListLinks(grpc::CallbackServerContex
   });
 }
 
+grpc::ServerUnaryReactor* AdminServiceImpl::ListDatasets(grpc::CallbackServerContext* ctx,
+                                                         const v1::ListDatasetsRequest*,
+                                                         v1::ListDatasetsResponse* resp) {
+  return Guarded(ctx, authz_, metrics_, RpcClass::kJob, "ListDatasets", [&](const Identity&) {
+    *resp = core_->ListDatasets();
+    return absl::OkStatus();
+  });
+}
+
 grpc::ServerUnaryReactor* AdminServiceImpl::ProbeLink(grpc::CallbackServerContext* ctx,
                                                       const v1::ProbeLinkRequest* req,
                                                       v1::ProbeLinkResponse* resp) {

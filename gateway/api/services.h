@@ -98,6 +98,9 @@ class AdminServiceImpl final : public v1::AdminService::CallbackService {
   grpc::ServerUnaryReactor* ListLinks(grpc::CallbackServerContext* ctx,
                                       const v1::ListLinksRequest* req,
                                       v1::ListLinksResponse* resp) override;
+  grpc::ServerUnaryReactor* ListDatasets(grpc::CallbackServerContext* ctx,
+                                         const v1::ListDatasetsRequest* req,
+                                         v1::ListDatasetsResponse* resp) override;
   grpc::ServerUnaryReactor* ProbeLink(grpc::CallbackServerContext* ctx,
                                       const v1::ProbeLinkRequest* req,
                                       v1::ProbeLinkResponse* resp) override;

@@ -25,6 +25,7 @@
 #include "gateway/jobs/job_manager.h"
 #include "gateway/jobs/job_metrics.h"
 #include "gateway/jobs/usage_gather.h"
+#include "gateway/datasets/dataset_registry.h"
 #include "gateway/store/job_store.h"
 #include "gateway/ops/metrics.h"
 #include "gateway/ops/audit_log.h"
@@ -152,6 +153,10 @@ absl::Status Gateway::StartParticipantSide() {
                    shim, config_.executor.work_dir, cg.Describe());
     }
   }
+  datasets_ = std::make_unique<DatasetRegistry>(config_.datasets, config_.data_dir + "/datasets",
+                                                metrics_.get());
+  core_->SetDatasetsFn([d = datasets_.get()] { return d->Ads(); });
+  participant_->SetDatasets(datasets_.get());
   core_->SetFreeGpusFn([p = participant_.get()] { return p->FreeGpus(); });
   core_->SetAdExtrasFn([p = participant_.get()] { return p->NodeExtras(); },
                        [p = participant_.get()] { return p->Quotas(); });
@@ -313,6 +318,7 @@ absl::Status Gateway::StartLoops() {
   links_->Reconcile();
   advertiser_ = std::thread([this] { AdvertiseLoop(); });
   participant_->Start();
+  datasets_->Start();
   if (checkpoints_) checkpoints_->Start();
   health_->Start();
   if (coordinator_) coordinator_->Start();
@@ -371,6 +377,7 @@ void Gateway::Stop() {
   }
   if (ops_) ops_->Stop();
   if (health_) health_->Stop();
+  if (datasets_) datasets_->Stop();
   // Supervised ranks keep running; the restarted gateway re-attaches.
   if (participant_) participant_->Detach();
   spdlog::info("stopped");

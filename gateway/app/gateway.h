@@ -39,6 +39,7 @@ class Participant;
 class Coordinator;
 class ParticipantClient;
 class Store;
+class DatasetRegistry;
 class SystemClock;
 
 class Gateway {
@@ -70,6 +71,7 @@ class Gateway {
   std::unique_ptr<SystemClock> clock_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<Store> store_;
+  std::unique_ptr<DatasetRegistry> datasets_;  // before core_: its ads read it
   std::unique_ptr<AdAuthority> ad_authority_;  // before core_: it uses it
   std::unique_ptr<GatewayCore> core_;
   std::unique_ptr<Authorizer> authz_;

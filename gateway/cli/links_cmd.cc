@@ -1,4 +1,5 @@
-// fedctl links [probe SITE] | capacity: what this site measured and knows.
+// fedctl links [probe SITE] | capacity | datasets list: what this site
+// measured and knows.
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -6,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/str_cat.h"
+#include "federation/dataset.h"
 #include "fedgate/v1/admin.grpc.pb.h"
 #include "gateway/cli/command.h"
 
@@ -39,6 +41,19 @@ std::string LinksTable(const v1::ListLinksResponse& resp) {
       {"FROM", "TO", "GBIT/S", "LATENCY MS", "METHOD", "STREAMS", "AGE"}, rows);
 }
 
+std::string DatasetsTable(const v1::ListDatasetsResponse& resp) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& d : resp.datasets()) {
+    std::string sites;
+    for (const auto& s : d.sites()) sites += StrCat(sites.empty() ? "" : ", ", s);
+    rows.push_back({d.name(), d.version().empty() ? "-" : d.version(),
+                    federation::HumanBytes(d.bytes()), StrCat(d.files()), d.digest().substr(0, 12),
+                    sites});
+  }
+  if (rows.empty()) return "no site announces a dataset\n";
+  return RenderTable({"NAME", "VERSION", "SIZE", "FILES", "DIGEST", "SITES"}, rows);
+}
+
 }  // namespace
 
 void AddLinksCommands(CLI::App& app, Commands* out) {
@@ -47,6 +62,18 @@ void AddLinksCommands(CLI::App& app, Commands* out) {
   auto* probe = links->add_subcommand("probe", "measure the link from this site to SITE now");
   probe->add_option("site", *site, "peer site")->required();
   auto* capacity = app.add_subcommand("capacity", "every site this gateway knows, itself too");
+  auto* datasets = app.add_subcommand("datasets", "datasets the federation's sites hold");
+  datasets->require_subcommand(1);
+  auto* datasets_list = datasets->add_subcommand("list", "every dataset and the sites holding it");
+  out->push_back({datasets_list, [](const Globals& g) {
+                    auto admin = v1::AdminService::NewStub(Connect(g));
+                    grpc::ClientContext ctx;
+                    SetDeadline(&ctx);
+                    v1::ListDatasetsResponse resp;
+                    CheckRpc(admin->ListDatasets(&ctx, {}, &resp), g, "datasets list");
+                    Print(resp, g.format(), DatasetsTable(resp));
+                    return 0;
+                  }});
 
   // `links probe` before `links`: a parsed leaf wins over its parent.
   out->push_back({probe, [site](const Globals& g) {

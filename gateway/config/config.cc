@@ -95,6 +95,7 @@ Config Walk(const YAML::Node& root, const std::string& base_dir, const YamlWalke
   ParseExecutor(root, base_dir, w, c);
   ParseSlurm(root, base_dir, w, c);
   CheckWorkDir(root, base_dir, w, c);
+  ParseDatasets(root, base_dir, w, c);
   return c;
 }
 

@@ -118,6 +118,19 @@ struct PreemptionConfig {
   int64_t min_runtime_ms = 0;
 };
 
+// A dataset this site holds (`datasets:`), read-only to ranks.
+struct DatasetConfig {
+  std::string name;
+  std::string path;     // absolute
+  std::string version;  // "" = unversioned
+};
+
+// Where staged copies of other sites' datasets are kept (`datasets_cache:`).
+struct DatasetsCacheConfig {
+  std::string path;          // "" = <data_dir>-datasets (outside data_dir: ranks read it)
+  uint64_t max_bytes = 0;    // 0 = no bound
+};
+
 struct Config {
   std::string path;  // file it came from ("" when parsed from text)
   std::string site;
@@ -146,6 +159,8 @@ struct Config {
   // set with `fedctl quota set` are stored and override these.
   std::vector<federation::TenantQuota> tenants;
   PreemptionConfig preemption;
+  std::vector<DatasetConfig> datasets;
+  DatasetsCacheConfig datasets_cache;
 };
 
 // Parses YAML text. `base_dir` resolves relative paths; `source` names the

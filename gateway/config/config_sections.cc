@@ -22,7 +22,8 @@ void ParseIdentity(const YAML::Node& root, [[maybe_unused]] const std::string& b
   if (!root.IsDefined() || root.IsNull()) w.Fail(root, "the config is empty");
   w.ExpectKeys(root, "",
                {"site", "federation", "listen", "tls", "data_dir", "inventory", "peers",
-                "advertise", "bench", "executor", "jobs", "api", "health", "retention", "pricing", "queue", "tenants", "preemption", "slurm", "accept_jobs_from"});
+                "advertise", "bench", "executor", "jobs", "api", "health", "retention", "pricing", "queue", "tenants", "preemption", "slurm", "accept_jobs_from",
+                "datasets", "datasets_cache"});
   for (const char* req : {"site", "federation", "listen", "tls", "inventory"}) {
     if (!root[req]) w.Fail(root, StrCat("missing required key \"", req, "\""));
   }

@@ -67,6 +67,9 @@ void ParseExecutor(const YAML::Node& root, [[maybe_unused]] const std::string& b
 // slurm:
 void ParseSlurm(const YAML::Node& root, [[maybe_unused]] const std::string& base_dir,
     const YamlWalker& w, Config& c);
+// datasets: and datasets_cache: (config_datasets.cc)
+void ParseDatasets(const YAML::Node& root, [[maybe_unused]] const std::string& base_dir,
+    const YamlWalker& w, Config& c);
 // executor.work_dir: its default, and never inside data_dir
 void CheckWorkDir(const YAML::Node& root, [[maybe_unused]] const std::string& base_dir,
     const YamlWalker& w, Config& c);

@@ -287,6 +287,7 @@ v1::CommitRequest Coordinator::CommitFor(const JobRecord& job, const v1::RunPlan
   c.set_keep_hold(job.spec.recovery() == "replace");
   if (job.spec.has_checkpoint()) c.set_checkpoint_keep(std::max<uint32_t>(1, job.spec.checkpoint().keep()));
   for (const auto& s : run.sites()) c.add_world_sites(s.site());
+  *c.mutable_datasets() = job.spec.datasets();
   return c;
 }
 

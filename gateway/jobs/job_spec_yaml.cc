@@ -43,7 +43,8 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, const std::str
     static const std::set<std::string> kKeys = {
         "name", "gpus", "gpu_models", "min_gpu_memory_gib", "max_sites", "min_gpus_per_site",
         "min_link_gbps", "allowed_sites", "avoided_sites", "priority", "estimated_duration", "time_limit",
-        "max_attempts", "command", "env", "recovery", "max_replacements", "checkpoint"};
+        "max_attempts", "command", "env", "recovery", "max_replacements", "checkpoint",
+        "datasets", "preferred_sites"};
     v1::JobSpec spec;
     for (auto it = root.begin(); it != root.end(); ++it) {
       const std::string key = it->first.as<std::string>();
@@ -69,6 +70,10 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, const std::str
         List(w, v, key, spec.mutable_allowed_sites());
       } else if (key == "avoided_sites") {
         List(w, v, key, spec.mutable_avoided_sites());
+      } else if (key == "preferred_sites") {
+        List(w, v, key, spec.mutable_preferred_sites());
+      } else if (key == "datasets") {
+        List(w, v, key, spec.mutable_datasets());
       } else if (key == "priority") {
         spec.set_priority(w.Scalar<std::string>(v, key, "a string"));
       } else if (key == "estimated_duration") {

@@ -24,6 +24,7 @@
 #include "fedgate/v1/federation.pb.h"
 #include "fedgate/v1/jobs.pb.h"
 #include "gateway/config/config.h"
+#include "gateway/datasets/dataset_registry.h"
 #include "gateway/exec/cgroup.h"
 #include "gateway/exec/cgroup_reaper.h"
 #include "gateway/exec/process_executor.h"
@@ -56,6 +57,8 @@ class Participant {
   // How holds become real and ranks run (before Start); the process
   // backend unless set (executor.kind slurm: MakeSlurmBackend).
   void SetBackend(std::unique_ptr<SiteBackend> backend) { backend_ = std::move(backend); }
+  // The datasets this site holds (ranks get their folders); unset = none.
+  void SetDatasets(const DatasetRegistry* datasets) { datasets_ = datasets; }
   // Per-slice cgroups, where DetectCgroups found them (before Start).
   void SetCgroups(CgroupSupport cg) { cgroups_ = std::move(cg); }
   // Re-reads the backend's nodes (Slurm: new nodes, GPUs its own users
@@ -165,6 +168,9 @@ class Participant {
   // sleeps happen after it is released. The one file written under it is a
   // preemption's deadline file, which must exist before its SIGTERM.
   struct LaunchPlan;  // participant_commit.cc
+  // The folder of every dataset the commit names; FAILED_PRECONDITION for
+  // one this site does not hold (verified).
+  absl::StatusOr<std::map<std::string, std::string>> DatasetDirs(const v1::CommitRequest& req) const;
   struct SweepOutcome;  // participant_sweep.cc
   using Allocs = SiteBackend::Allocs;
 
@@ -267,6 +273,7 @@ class Participant {
   Store* store_;
   std::unique_ptr<RankRunner> runner_ = std::make_unique<ProcessExecutor>();
   std::unique_ptr<SiteBackend> backend_ = MakeProcessBackend();
+  const DatasetRegistry* datasets_ = nullptr;
   CgroupSupport cgroups_;
   CgroupReaper reaper_;
   std::mutex quota_write_mu_;  // one SetQuota at a time writes the quotas row

@@ -16,6 +16,7 @@
 
 #include "base/str_cat.h"
 #include "federation/clock.h"
+#include "federation/dataset.h"
 #include "federation/saturating.h"
 #include "gateway/jobs/crash_point.h"
 #include "gateway/jobs/participant.h"
@@ -174,9 +175,12 @@ absl::StatusOr<Participant::LaunchPlan> Participant::CommitHoldLocked(const std:
   }
   auto gpu_of = MatchRanksToHold(*held, req);
   if (!gpu_of.ok()) return gpu_of.status();
+  auto dataset_dirs = DatasetDirs(req);
+  if (!dataset_dirs.ok()) return dataset_dirs.status();
   auto hold = ledger_.Commit(key.job_id(), key.attempt(), key.epoch(), from, clock_->NowMs());
   if (!hold.ok()) return hold.status();
   LaunchPlan plan = PlanLaunchLocked(*hold, std::move(*gpu_of), req, std::move(cgroup));
+  plan.dataset_dirs = std::move(*dataset_dirs);
   Slice s;
   s.key = key;
   s.launching = !req.park();
@@ -194,6 +198,21 @@ absl::StatusOr<Participant::LaunchPlan> Participant::CommitHoldLocked(const std:
   s.cgroup = plan.cgroup;
   slices_[{key.job_id(), key.epoch()}] = std::move(s);
   return plan;
+}
+
+absl::StatusOr<std::map<std::string, std::string>> Participant::DatasetDirs(
+    const v1::CommitRequest& req) const {
+  std::map<std::string, std::string> out;
+  for (const auto& name : req.datasets()) {
+    auto d = datasets_ == nullptr ? std::nullopt : datasets_->Find(name);
+    if (!d) {
+      return absl::FailedPreconditionError(
+          StrCat("dataset \"", name.substr(0, 100), "\" is not held at ", config_.site,
+                 " (no verified copy here); no rank starts without its data"));
+    }
+    out[name] = d->path;
+  }
+  return out;
 }
 
 Participant::LaunchPlan Participant::PlanLaunchLocked(const federation::Hold& hold,
@@ -239,6 +258,9 @@ std::vector<std::pair<std::string, std::string>> Participant::RankEnvironment(
   env.emplace_back("FEDGATE_RESTART", std::to_string(req.restart()));
   if (req.checkpoint_keep() > 0) {
     env.emplace_back("FEDGATE_CHECKPOINT_DIR", CheckpointDir(key.job_id()));
+  }
+  for (const auto& [name, dir] : plan.dataset_dirs) {
+    env.emplace_back(federation::DatasetEnvName(name), dir);
   }
   // Written with the deadline (Unix seconds) before a preemption's SIGTERM,
   // where the rank can read it (data_dir is not readable to ranks).

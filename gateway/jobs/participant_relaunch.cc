@@ -44,7 +44,10 @@ absl::StatusOr<v1::CommitResponse> Participant::Relaunch(const std::string& from
     }
     auto gpu_of = MatchRanksToHold(*held, req);
     if (!gpu_of.ok()) return gpu_of.status();
+    auto dataset_dirs = DatasetDirs(req);
+    if (!dataset_dirs.ok()) return dataset_dirs.status();
     plan = PlanLaunchLocked(*held, std::move(*gpu_of), req, s.cgroup);
+    plan.dataset_dirs = std::move(*dataset_dirs);
     // Launching again: no sweep ends it until its ranks are attached.
     s.parked = false;
     s.launching = true;

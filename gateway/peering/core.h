@@ -67,6 +67,8 @@ class GatewayCore {
   absl::Status RemovePeer(const std::string& site);
   v1::GetCapacityResponse Capacity();
   v1::ListLinksResponse ListLinks();
+  // Every dataset in a fresh ad (this site's included), with its holders.
+  v1::ListDatasetsResponse ListDatasets();
   // A dry run of placement for a spec against the current view; `whom`
   // adds GPUs kept for a job and, for a job that may preempt, preemptible ones.
   absl::StatusOr<v1::PlanResponse> Plan(const v1::JobSpec& spec,
@@ -139,6 +141,8 @@ class GatewayCore {
   void SetRevocation(std::shared_ptr<RevocationList> crl) { revocation_ = std::move(crl); }
   std::shared_ptr<RevocationList> revocation() const { return revocation_; }
   // Called (without the lock held) whenever the approved peer set changes.
+  // The datasets this site's ad announces (set before Tick runs).
+  void SetDatasetsFn(std::function<std::vector<v1::DatasetAd>()> fn) { datasets_fn_ = std::move(fn); }
   void SetPeersChangedHook(std::function<void()> hook) { peers_changed_ = std::move(hook); }
 
   const Config& config() const { return config_; }
@@ -202,6 +206,7 @@ class GatewayCore {
   std::function<std::map<std::string, uint32_t>()> free_fn_;
   std::function<federation::NodeExtras()> extras_fn_;
   std::function<std::vector<v1::TenantQuota>()> tenants_fn_;
+  std::function<std::vector<v1::DatasetAd>()> datasets_fn_;
   // The last known home (and quota) of every governed tenant. Persisted.
   federation::KnownHomes known_homes_ ABSL_GUARDED_BY(mu_);
   uint64_t homes_gen_ ABSL_GUARDED_BY(mu_) = 0;  // bumped on every change

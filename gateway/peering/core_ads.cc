@@ -103,6 +103,8 @@ absl::Status GatewayCore::Tick() {
   const LocalState local = ReadLocal();
   std::vector<v1::TenantQuota> tenants;
   if (tenants_fn_) tenants = tenants_fn_();
+  std::vector<v1::DatasetAd> datasets;
+  if (datasets_fn_) datasets = datasets_fn_();
   absl::Status persisted;
   std::optional<HomesSnapshot> homes;
   {
@@ -116,6 +118,7 @@ absl::Status GatewayCore::Tick() {
                                       local.free, local.extras);
       for (const auto& [to, link] : own_links_) *ad.add_links() = link;
       for (auto& t : tenants) *ad.add_tenants() = std::move(t);
+      for (auto& d : datasets) *ad.add_datasets() = std::move(d);
       PublishLocked(std::move(ad));
       metrics_->Inc("fedgate_ads_issued_total");
     }

@@ -20,6 +20,34 @@ v1::GetCapacityResponse GatewayCore::Capacity() {
                                        clock_->NowMs(), local.free, local.extras);
 }
 
+v1::ListDatasetsResponse GatewayCore::ListDatasets() {
+  // One row per (name, version, digest): two holders with different digests
+  // hold different files under one name.
+  std::map<std::tuple<std::string, std::string, std::string>, v1::DatasetHolding> rows;
+  {
+    std::lock_guard lock(mu_);
+    for (const federation::StoredAd* stored : ads_.FreshRefs()) {
+      const auto& ad = stored->ad;
+      if (ad.withdrawn()) continue;
+      for (const auto& d : ad.datasets()) {
+        auto& row = rows[{d.name(), d.version(), d.digest()}];
+        row.set_name(d.name());
+        row.set_version(d.version());
+        row.set_bytes(d.bytes());
+        row.set_files(d.files());
+        row.set_digest(d.digest());
+        row.add_sites(ad.origin());
+      }
+    }
+  }
+  v1::ListDatasetsResponse out;
+  for (auto& [key, row] : rows) {
+    std::sort(row.mutable_sites()->begin(), row.mutable_sites()->end());
+    *out.add_datasets() = std::move(row);
+  }
+  return out;
+}
+
 std::vector<std::string> GatewayCore::SitesLeftOut() {
   // The sites of the capacity view (fresh, not withdrawn ads) that are not
   // SitesForJobs, read straight from the ads: Submit and Get ask this for

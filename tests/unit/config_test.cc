@@ -176,6 +176,28 @@ TEST_F(ConfigTest, BadValuesNameTheKey) {
   ExpectError(Good("executor: {work_dir: /var/lib/fedgate/work}\n"), "must not be inside data_dir");
 }
 
+TEST_F(ConfigTest, DatasetsAndTheirCache) {
+  auto c = Parse(Good("data_dir: /var/lib/fg\n"
+                      "datasets:\n  - {name: imagenet-1k, path: /data/imagenet, version: v2}\n"
+                      "  - {name: c4, path: rel/c4}\n"
+                      "datasets_cache: {max: 2TB}\n"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->datasets.size(), 2u);
+  EXPECT_EQ(c->datasets[0].version, "v2");
+  EXPECT_EQ(c->datasets[1].path, dir_ / "rel/c4");
+  EXPECT_EQ(c->datasets_cache.path, "/var/lib/fg-datasets") << "beside data_dir, not in it";
+  EXPECT_EQ(c->datasets_cache.max_bytes, 2'000'000'000'000ULL);
+  ExpectError(Good("datasets:\n  - {name: ../x, path: /d}\n"), "is not a dataset name");
+  ExpectError(Good("datasets:\n  - {name: a, path: /d}\n  - {name: a, path: /e}\n"),
+              "listed twice");
+  ExpectError(Good("datasets:\n  - {name: a}\n"), "datasets[0].path");
+  ExpectError(Good("data_dir: /var/lib/fg\ndatasets:\n  - {name: a, path: /var/lib/fg/x}\n"),
+              "overlaps data_dir");
+  ExpectError(Good("datasets_cache: {max: lots}\n"), "datasets_cache.max");
+  ExpectError(Good("data_dir: /var/lib/fg\ndatasets_cache: {path: /var/lib/fg/c}\n"),
+              "must not be inside data_dir");
+}
+
 TEST_F(ConfigTest, MissingTlsFileIsNamed) {
   std::filesystem::remove(dir_ / "key.pem");
   ExpectError(Good(), "\"tls.key\": cannot read file");

@@ -188,11 +188,11 @@ TEST(Placement, MatchesBruteForceOnThousandsOfRandomFederations) {
 
 TEST(Placement, ExplainsEverySite) {
   std::vector<SiteOffer> offers = {
-      {"cn-beijing", true, {{"bj-1", "A100-80GB", 80, 8}}},
-      {"cn-shanghai", true, {{"sh-1", "A100-80GB", 80, 4}, {"sh-2", "H100", 80, 4}}},
-      {"cn-shenzhen", true, {{"sz-1", "H100", 80, 16}}},
-      {"cn-wuhan", false, {{"wh-1", "A100-80GB", 80, 8}}},
-      {"cn-xian", true, {{"xa-1", "A100-80GB", 40, 8}}},
+      {"cn-beijing", true, {{"bj-1", "A100-80GB", 80, 8}}, {}},
+      {"cn-shanghai", true, {{"sh-1", "A100-80GB", 80, 4}, {"sh-2", "H100", 80, 4}}, {}},
+      {"cn-shenzhen", true, {{"sz-1", "H100", 80, 16}}, {}},
+      {"cn-wuhan", false, {{"wh-1", "A100-80GB", 80, 8}}, {}},
+      {"cn-xian", true, {{"xa-1", "A100-80GB", 40, 8}}, {}},
   };
   JobRequest job;
   job.gpus = 12;
@@ -222,9 +222,9 @@ TEST(Placement, ExplainsEverySite) {
 
 TEST(Placement, PrefersTheFasterPairAndHonoursMinLink) {
   std::vector<SiteOffer> offers = {
-      {"a", true, {{"a1", "H100", 80, 4}}},
-      {"b", true, {{"b1", "H100", 80, 4}}},
-      {"c", true, {{"c1", "H100", 80, 4}}},
+      {"a", true, {{"a1", "H100", 80, 4}}, {}},
+      {"b", true, {{"b1", "H100", 80, 4}}, {}},
+      {"c", true, {{"c1", "H100", 80, 4}}, {}},
   };
   std::map<std::pair<std::string, std::string>, double> g = {
       {{"a", "b"}, 0.38}, {{"a", "c"}, 0.09}, {{"b", "c"}, 0.04}};
@@ -251,7 +251,7 @@ TEST(Placement, PrefersTheFasterPairAndHonoursMinLink) {
 TEST(Placement, GreedyBeyondTheExactBudgetStillPlacesValidly) {
   std::vector<SiteOffer> offers;
   for (int i = 0; i < 40; ++i) {
-    offers.push_back({"s" + std::to_string(i), true, {{"n", "H100", 80, 4}}});
+    offers.push_back({"s" + std::to_string(i), true, {{"n", "H100", 80, 4}}, {}});
   }
   JobRequest job;
   job.gpus = 20;  // needs 5 sites: C(40,5) is beyond a budget of 1000
@@ -360,7 +360,7 @@ TEST(Placement, PrunedGreedyPicksWhatAFullScanPicks) {
     const int sites = pick(10, 60);
     const int link_percent = pick(0, 2) == 0 ? 100 : pick(2, 30);  // dense or sparse views
     for (int s = 0; s < sites; ++s) {
-      SiteOffer o{"s" + std::to_string(s), pick(0, 19) > 0, {}};
+      SiteOffer o{"s" + std::to_string(s), pick(0, 19) > 0, {}, {}};
       for (int k = 0; k < pick(1, 2); ++k) {
         o.nodes.push_back({"n" + std::to_string(k), pick(0, 3) ? "H100" : "L40S", 80,
                            static_cast<uint32_t>(pick(0, 8))});

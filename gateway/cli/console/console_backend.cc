@@ -128,6 +128,10 @@ ConsoleReply ConsoleBackend::Answer(const std::string& method, const std::string
       v1::ListLinksResponse resp;
       return Unary([&](grpc::ClientContext* c, v1::ListLinksResponse* p) { return admin->ListLinks(c, {}, p); }, &resp);
     }
+    case K::kDatasets: {
+      v1::ListDatasetsResponse resp;
+      return Unary([&](grpc::ClientContext* c, v1::ListDatasetsResponse* p) { return admin->ListDatasets(c, {}, p); }, &resp);
+    }
     case K::kNodes: {
       v1::ListNodesResponse resp;
       return Unary([&](grpc::ClientContext* c, v1::ListNodesResponse* p) { return admin->ListNodes(c, {}, p); }, &resp);
