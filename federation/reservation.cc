@@ -144,6 +144,18 @@ const Hold* ReservationLedger::Find(const std::string& job_id, uint64_t epoch) c
   return &it->second;
 }
 
+absl::Status ReservationLedger::Extend(const std::string& job_id, uint32_t attempt,
+                                      uint64_t epoch, int64_t now_ms, int64_t ttl_ms) {
+  auto it = holds_.find({job_id, epoch});
+  if (it == holds_.end() || it->second.state != HoldState::kPrepared ||
+      it->second.attempt != attempt || it->second.expires_at_ms <= now_ms) {
+    return absl::NotFoundError(
+        StrCat("no prepared hold of job ", job_id, " at epoch ", epoch, " to keep"));
+  }
+  it->second.expires_at_ms = std::max(it->second.expires_at_ms, SatAdd(now_ms, ttl_ms));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Hold> ReservationLedger::Prepare(const std::string& job_id, uint32_t attempt,
                                                 uint64_t epoch, const HoldOwner& owner,
                                                 const std::vector<NodeRequest>& want,

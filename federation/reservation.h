@@ -140,6 +140,11 @@ class ReservationLedger {
   const std::map<HoldKey, Hold>& holds() const { return holds_; }
   // The job's live (prepared or committed) hold of `epoch`, or null.
   const Hold* Find(const std::string& job_id, uint64_t epoch) const;
+  // Keeps a prepared hold until now + ttl (never shorter than it was), while
+  // its site stages the job's data. NOT_FOUND when there is no prepared hold
+  // of that key and attempt.
+  absl::Status Extend(const std::string& job_id, uint32_t attempt, uint64_t epoch,
+                      int64_t now_ms, int64_t ttl_ms);
   size_t known_jobs() const { return jobs_.size(); }
 
   // Aborts the process if any GPU is in two holds or a node is overbooked.

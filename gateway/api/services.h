@@ -19,6 +19,7 @@ class Participant;
 class Prober;
 
 class CheckpointSync;
+class DatasetRegistry;
 
 class PeerServiceImpl final : public v1::PeerService::CallbackService {
  public:
@@ -55,8 +56,18 @@ class PeerServiceImpl final : public v1::PeerService::CallbackService {
   grpc::ServerUnaryReactor* CheckpointProgress(grpc::CallbackServerContext* ctx,
                                                const v1::CheckpointProgressRequest* req,
                                                v1::CheckpointProgressResponse* resp) override;
+  // services_datasets.cc: a dataset this site holds, to a site staging it.
+  grpc::ServerUnaryReactor* GetDatasetManifest(grpc::CallbackServerContext* ctx,
+                                               const v1::DatasetManifestRequest* req,
+                                               v1::DatasetManifest* resp) override;
+  grpc::ServerWriteReactor<v1::DatasetChunk>* FetchDataset(
+      grpc::CallbackServerContext* ctx, const v1::FetchDatasetRequest* req) override;
+  grpc::ServerUnaryReactor* Stage(grpc::CallbackServerContext* ctx, const v1::StageRequest* req,
+                                  v1::StageResponse* resp) override;
   // Where checkpoints are received (before the server starts).
   void SetCheckpoints(CheckpointSync* sync) { checkpoints_ = sync; }
+  // The datasets this site serves (before the server starts).
+  void SetDatasets(const DatasetRegistry* datasets) { datasets_ = datasets; }
 
  private:
   GatewayCore* core_;
@@ -65,6 +76,7 @@ class PeerServiceImpl final : public v1::PeerService::CallbackService {
   BenchHost* bench_;
   Participant* participant_;
   CheckpointSync* checkpoints_ = nullptr;
+  const DatasetRegistry* datasets_ = nullptr;
 };
 
 class AdminServiceImpl final : public v1::AdminService::CallbackService {

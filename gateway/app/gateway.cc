@@ -26,6 +26,7 @@
 #include "gateway/jobs/job_metrics.h"
 #include "gateway/jobs/usage_gather.h"
 #include "gateway/datasets/dataset_registry.h"
+#include "gateway/datasets/dataset_stager.h"
 #include "gateway/store/job_store.h"
 #include "gateway/ops/metrics.h"
 #include "gateway/ops/audit_log.h"
@@ -155,6 +156,7 @@ absl::Status Gateway::StartParticipantSide() {
   }
   datasets_ = std::make_unique<DatasetRegistry>(config_.datasets, config_.data_dir + "/datasets",
                                                 metrics_.get());
+  datasets_->SetCacheDir(config_.datasets_cache.path);
   core_->SetDatasetsFn([d = datasets_.get()] { return d->Ads(); });
   participant_->SetDatasets(datasets_.get());
   core_->SetFreeGpusFn([p = participant_.get()] { return p->FreeGpus(); });
@@ -211,6 +213,7 @@ absl::Status Gateway::MakeServices() {
   prober_ = std::make_unique<Prober>(core_.get(), metrics_.get(), client_certs_);
   peer_service_ = std::make_unique<PeerServiceImpl>(core_.get(), authz_.get(), metrics_.get(),
                                                     bench_host_.get(), participant_.get());
+  peer_service_->SetDatasets(datasets_.get());
   auto audit = AuditLog::Open(config_.data_dir + "/audit.log");
   if (!audit.ok()) return audit.status();
   audit_ = std::move(*audit);
@@ -256,6 +259,14 @@ absl::Status Gateway::MakeJobs() {
       c->Ask(job, step, std::move(to));
     });
     peer_service_->SetCheckpoints(checkpoints_.get());
+    stager_ = std::make_unique<DatasetStager>(
+        config_.site, config_.datasets_cache.path, config_.datasets_cache.max_bytes, datasets_.get(),
+        [client = participant_client_.get(), core = core_.get()](const std::string& site) {
+          return core->DownPeers().contains(site) ? nullptr : client->Stub(site);
+        },
+        metrics_.get());
+    stager_->SetInUse([p = participant_.get()] { return p->DatasetsInUse(); });
+    participant_->SetStager(stager_.get());
     job_manager_->SetCoordinator(coordinator_.get());
     job_manager_->SetUsageGatherer(
         [core = core_.get(), client = participant_client_.get()](
@@ -361,6 +372,7 @@ void Gateway::Stop() {
   // coordinator picks them up again from the store.
   if (coordinator_) coordinator_->Stop();
   if (checkpoints_) checkpoints_->Stop();
+  if (stager_) stager_->Stop();
   // Aborts sent by the coordinator end by their deadlines (a quarter lease).
   if (participant_client_ && !participant_client_->Drain(config_.jobs.lease_ms)) {
     spdlog::warn("shutting down with calls to participants still in flight");

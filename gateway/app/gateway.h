@@ -40,6 +40,7 @@ class Coordinator;
 class ParticipantClient;
 class Store;
 class DatasetRegistry;
+class DatasetStager;
 class SystemClock;
 
 class Gateway {
@@ -81,6 +82,7 @@ class Gateway {
   std::unique_ptr<Participant> participant_;
   std::unique_ptr<ParticipantClient> participant_client_;  // outlives the coordinator
   std::unique_ptr<CheckpointSync> checkpoints_;
+  std::unique_ptr<DatasetStager> stager_;
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<JobStore> job_store_;
   std::unique_ptr<JobManager> job_manager_;

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -55,11 +57,6 @@ DatasetRegistry::DatasetRegistry(std::vector<DatasetConfig> configured, std::str
 DatasetRegistry::~DatasetRegistry() { Stop(); }
 
 void DatasetRegistry::Start() {
-  if (configured_.empty()) {
-    std::lock_guard lock(mu_);
-    verified_ = true;
-    return;
-  }
   thread_ = std::thread([this] { VerifyAll(); });
 }
 
@@ -116,11 +113,68 @@ void DatasetRegistry::VerifyAll() {
     std::lock_guard lock(mu_);
     held_[d.name] = Held{fs::canonical(d.path, ec).string(), std::move(*scanned), false};
   }
+  LoadCache();
   {
     std::lock_guard lock(mu_);
     verified_ = true;
   }
   verified_cv_.notify_all();
+}
+
+void DatasetRegistry::LoadCache() {
+  std::error_code ec;
+  if (cache_dir_.empty() || !fs::is_directory(cache_dir_, ec)) return;
+  for (const auto& e : fs::directory_iterator(cache_dir_, ec)) {
+    if (stop_) return;
+    const std::string folder = e.path().filename().string();
+    const size_t at = folder.find('@');
+    if (at == std::string::npos || !e.is_directory(ec)) continue;  // .staging, strays
+    const std::string name = folder.substr(0, at);
+    const v1::DatasetManifest saved = ReadManifest(StrCat(manifest_dir_, "/cached-", name, ".manifest"));
+    auto scanned = ScanDataset(e.path().string(), saved, {}, &stop_);
+    if (!scanned.ok() || saved.digest().empty() || scanned->digest() != saved.digest() ||
+        saved.digest().substr(0, 16) != folder.substr(at + 1)) {
+      spdlog::warn("staged copy {} does not match its manifest: removed", e.path().string());
+      if (metrics_ != nullptr) metrics_->Inc("fedgate_dataset_refused_total", {{"reason", "manifest_mismatch"}});
+      fs::remove_all(e.path(), ec);
+      continue;
+    }
+    spdlog::info("dataset {}: staged copy {} kept from the last run", name, e.path().string());
+    std::lock_guard lock(mu_);
+    if (!held_.contains(name)) held_[name] = Held{e.path().string(), std::move(*scanned), true};
+  }
+}
+
+void DatasetRegistry::AddCached(const std::string& name, const std::string& path,
+                                v1::DatasetManifest manifest) {
+  std::error_code ec;
+  fs::create_directories(manifest_dir_, ec);
+  WriteManifest(StrCat(manifest_dir_, "/cached-", name, ".manifest"), manifest);
+  std::lock_guard lock(mu_);
+  held_[name] = Held{path, std::move(manifest), true};
+}
+
+std::vector<DatasetRegistry::CachedCopy> DatasetRegistry::CachedByAge() const {
+  std::lock_guard lock(mu_);
+  std::vector<CachedCopy> out;
+  for (const auto& [name, h] : held_) {
+    if (!h.cached) continue;
+    uint64_t bytes = 0;
+    for (const auto& f : h.manifest.files()) bytes += f.size_bytes();
+    auto used = last_used_ms_.find(name);
+    out.push_back({name, h.path, bytes, used == last_used_ms_.end() ? 0 : used->second});
+  }
+  std::sort(out.begin(), out.end(),
+            [](const CachedCopy& a, const CachedCopy& b) { return a.last_used_ms < b.last_used_ms; });
+  return out;
+}
+
+void DatasetRegistry::ForgetCached(const std::string& name) {
+  std::lock_guard lock(mu_);
+  auto it = held_.find(name);
+  if (it != held_.end() && it->second.cached) held_.erase(it);
+  std::error_code ec;
+  fs::remove(StrCat(manifest_dir_, "/cached-", name, ".manifest"), ec);
 }
 
 std::vector<v1::DatasetAd> DatasetRegistry::Ads() const {
@@ -145,6 +199,9 @@ std::optional<DatasetRegistry::Held> DatasetRegistry::Find(const std::string& na
   std::lock_guard lock(mu_);
   auto it = held_.find(name);
   if (it == held_.end()) return std::nullopt;
+  last_used_ms_[name] = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
   return it->second;
 }
 

@@ -34,6 +34,9 @@ class DatasetRegistry {
   DatasetRegistry(const DatasetRegistry&) = delete;
   DatasetRegistry& operator=(const DatasetRegistry&) = delete;
 
+  // Staged copies live here (<name>@<digest prefix>); those left by an
+  // earlier run are verified at Start and announced again.
+  void SetCacheDir(std::string dir) { cache_dir_ = std::move(dir); }
   // Verifies every configured dataset on a thread of its own.
   void Start();
   void Stop();
@@ -47,8 +50,22 @@ class DatasetRegistry {
   // Why a configured dataset is not offered ("" when it is or is pending).
   std::string Refusal(const std::string& name) const;
 
+  // A staged copy, whole and verified, now held (its manifest is kept for
+  // the next start).
+  void AddCached(const std::string& name, const std::string& path, v1::DatasetManifest manifest);
+  struct CachedCopy {
+    std::string name, path;
+    uint64_t bytes = 0;
+    int64_t last_used_ms = 0;
+  };
+  // Staged copies, least recently used first.
+  std::vector<CachedCopy> CachedByAge() const;
+  // A staged copy taken out of the cache (its folder is the caller's to remove).
+  void ForgetCached(const std::string& name);
+
  private:
   void VerifyAll();
+  void LoadCache();
   void Refuse(const DatasetConfig& d, const std::string& reason, const std::string& why);
 
   const std::vector<DatasetConfig> configured_;
@@ -58,6 +75,8 @@ class DatasetRegistry {
   std::thread thread_;
   mutable std::mutex mu_;
   std::map<std::string, Held> held_ ABSL_GUARDED_BY(mu_);
+  mutable std::map<std::string, int64_t> last_used_ms_ ABSL_GUARDED_BY(mu_);
+  std::string cache_dir_;
   std::map<std::string, std::string> refused_ ABSL_GUARDED_BY(mu_);
   bool verified_ ABSL_GUARDED_BY(mu_) = false;
   std::condition_variable verified_cv_;

@@ -116,6 +116,15 @@ class Coordinator {
       std::vector<v1::PrepareRequest>* reqs, int* quota_index);
   // The decision, durable, then phase two; true when every site committed.
   bool DecideAndCommit(JobRecord job, const v1::RunPlan& next);
+  // coordinator_stage.cc: what each site of `run` must stage, and the wait
+  // for it ("" once every site has its datasets, else why not).
+  struct StagePlan {
+    std::string site;
+    uint64_t epoch = 0;
+    std::vector<v1::StageItem> items;
+  };
+  std::vector<StagePlan> StagingFor(const JobRecord& job, const v1::RunPlan& run);
+  std::string StageDatasets(JobRecord* job, const v1::RunPlan& run);
   // Adds an ended run's GPU-seconds to its tenant's fair-share usage.
   void RecordUsage(const JobRecord& job, const v1::RunPlan& run, int64_t now_ms);
   void UndoReservation(JobRecord job, const std::string& why);

@@ -173,11 +173,14 @@ bool Coordinator::TryStart(JobRecord job, const std::vector<std::string>& unreac
       federation::JudgePrepare(reqs, answers, quota_index, next.quota_site(), &next);
   CrashPoint("coordinator-after-prepare");
   if (on_phase_) on_phase_("prepare", verdict.failed.empty(), SecondsSince(prepare_start));
-  if (!verdict.failed.empty()) {
+  std::string failed = verdict.failed;
+  // Sites chosen without the job's datasets stage them while their GPUs are held.
+  if (failed.empty() && job.spec.datasets_size() > 0) failed = StageDatasets(&job, next);
+  if (!failed.empty()) {
     if (on_reservation_end_) on_reservation_end_(false);
     // The holds just made belong to this attempt's run: undo them all.
     job.run = next.SerializeAsString();
-    UndoReservation(job, verdict.failed);
+    UndoReservation(job, failed);
     return false;
   }
   return DecideAndCommit(std::move(job), next);

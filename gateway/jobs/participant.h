@@ -25,6 +25,7 @@
 #include "fedgate/v1/jobs.pb.h"
 #include "gateway/config/config.h"
 #include "gateway/datasets/dataset_registry.h"
+#include "gateway/datasets/dataset_stager.h"
 #include "gateway/exec/cgroup.h"
 #include "gateway/exec/cgroup_reaper.h"
 #include "gateway/exec/process_executor.h"
@@ -90,6 +91,12 @@ class Participant {
   // PERMISSION_DENIED on every call. Every field is validated before use.
   absl::StatusOr<v1::PrepareResponse> Prepare(const std::string& from,
                                               const v1::PrepareRequest& req);
+  // participant_stage.cc: keeps the prepared hold of the request's key while
+  // this site stages the job's datasets, and reports the copies.
+  absl::StatusOr<v1::StageResponse> Stage(const std::string& from, const v1::StageRequest& req);
+  void SetStager(DatasetStager* stager) { stager_ = stager; }
+  // Datasets the slices here read now.
+  std::set<std::string> DatasetsInUse();
   // Starts the ranks on the GPUs of the hold (never the indices a request
   // names): the request's ranks must match the hold node by node.
   absl::StatusOr<v1::CommitResponse> Commit(const std::string& from, const v1::CommitRequest& req);
@@ -274,6 +281,7 @@ class Participant {
   std::unique_ptr<RankRunner> runner_ = std::make_unique<ProcessExecutor>();
   std::unique_ptr<SiteBackend> backend_ = MakeProcessBackend();
   const DatasetRegistry* datasets_ = nullptr;
+  DatasetStager* stager_ = nullptr;
   CgroupSupport cgroups_;
   CgroupReaper reaper_;
   std::mutex quota_write_mu_;  // one SetQuota at a time writes the quotas row

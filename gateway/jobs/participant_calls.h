@@ -30,6 +30,12 @@ class ParticipantCalls {
                            int64_t timeout_ms, Done<v1::SliceStatusResponse> done) = 0;
   virtual void ReadLog(const std::string& site, v1::ReadLogRequest req, int64_t timeout_ms,
                        Done<v1::ReadLogResponse> done) = 0;
+  // A site chosen without the job's datasets stages them (fakes need not).
+  virtual void Stage(const std::string& site, v1::StageRequest req, int64_t timeout_ms,
+                     Done<v1::StageResponse> done) {
+    (void)site, (void)req, (void)timeout_ms;
+    done(absl::UnimplementedError("no staging here"));
+  }
 };
 
 }  // namespace fedgate::gateway

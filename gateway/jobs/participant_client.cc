@@ -112,6 +112,7 @@ FEDGATE_PARTICIPANT_CALL(ReadLog, ReadLog, ReadLogRequest, ReadLogResponse,
                          local_->ReadLog(from, req))
 FEDGATE_PARTICIPANT_CALL(ListUsage, ListUsage, ListUsageRequest, ListUsageResponse,
                          local_->ListUsage(from, req))
+FEDGATE_PARTICIPANT_CALL(Stage, Stage, StageRequest, StageResponse, local_->Stage(from, req))
 #undef FEDGATE_PARTICIPANT_CALL
 
 }  // namespace fedgate::gateway

@@ -46,6 +46,8 @@ class ParticipantClient final : public ParticipantCalls {
   // A site's usage records (not part of a job's lifecycle).
   void ListUsage(const std::string& site, v1::ListUsageRequest req, int64_t timeout_ms,
                  Done<v1::ListUsageResponse> done);
+  void Stage(const std::string& site, v1::StageRequest req, int64_t timeout_ms,
+             Done<v1::StageResponse> done) override;
 
   // Waits (at most `timeout_ms`) until no call is in flight: calls end by
   // their deadlines, so shutdown leaves no call (or its memory) behind.

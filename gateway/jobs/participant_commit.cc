@@ -190,6 +190,7 @@ absl::StatusOr<Participant::LaunchPlan> Participant::CommitHoldLocked(const std:
   s.keep_hold = req.keep_hold();
   s.checkpoint_keep = req.checkpoint_keep();
   s.world_sites.assign(req.world_sites().begin(), req.world_sites().end());
+  s.datasets.assign(req.datasets().begin(), req.datasets().end());
   s.preemptible = req.preemptible();
   s.started_at_ms = plan.started_at_ms;
   for (const auto& g : hold->gpus) s.gpus_by_node[g.node] += g.indices.size();

@@ -56,6 +56,7 @@ struct Slice {
   bool parked = false;
   uint32_t checkpoint_keep = 0;  // 0: the job's checkpoints are not copied
   std::vector<std::string> world_sites;
+  std::vector<std::string> datasets;  // read by its ranks (kept from cache eviction)
   // A finished slice only answers status calls (state, message, exit
   // codes): what ran, stopped or preempted its ranks goes, so that the
   // window of finished slices stays small.
