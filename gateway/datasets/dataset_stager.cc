@@ -120,10 +120,13 @@ void DatasetStager::Run(Copy* c) {
       std::lock_guard lock(c->mu);
       c->source = source;
     }
-    auto st = CopyFrom(source, c);
+    const auto t0 = std::chrono::steady_clock::now();
+    double transfer_s = 0;
+    auto st = CopyFrom(source, c, &transfer_s);
     if (st.ok()) {
-      spdlog::info("dataset {}: staged from {} ({})", c->item.name(), source,
-                   federation::HumanBytes(c->total));
+      const double all_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      spdlog::info("dataset {}: staged from {}: {} bytes in {:.3f} s of transfer, {:.3f} s in all",
+                   c->item.name(), source, c->total.load(), transfer_s, all_s);
       break;
     }
     spdlog::warn("dataset {}: staging from {} failed: {}", c->item.name(), source,
@@ -137,7 +140,7 @@ void DatasetStager::Run(Copy* c) {
   c->finished = true;
 }
 
-absl::Status DatasetStager::CopyFrom(const std::string& source, Copy* c) {
+absl::Status DatasetStager::CopyFrom(const std::string& source, Copy* c, double* transfer_s) {
   const v1::StageItem& item = c->item;
   auto stub = stubs_(source);
   if (stub == nullptr) return absl::UnavailableError(StrCat(source, " is not reachable"));
@@ -174,6 +177,7 @@ absl::Status DatasetStager::CopyFrom(const std::string& source, Copy* c) {
   fs::create_directories(staging, ec);
   if (ec) return absl::InternalError(StrCat("cannot create ", staging, ": ", ec.message()));
   uint64_t done = 0;
+  const auto t0 = std::chrono::steady_clock::now();
   for (const auto& f : m.files()) {
     const std::string dest = StrCat(staging, "/", f.path());
     fs::create_directories(fs::path(dest).parent_path(), ec);
@@ -181,6 +185,7 @@ absl::Status DatasetStager::CopyFrom(const std::string& source, Copy* c) {
     done += f.size_bytes();
     c->done = done;
   }
+  *transfer_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // Every byte checked before anything is visible to ranks.
   for (const auto& f : m.files()) {
     const std::string dest = StrCat(staging, "/", f.path());

@@ -58,7 +58,8 @@ class DatasetStager {
     std::thread thread;
   };
   void Run(Copy* c);
-  absl::Status CopyFrom(const std::string& source, Copy* c);
+  // `*transfer_s`: the time the files took to arrive (before they are checked).
+  absl::Status CopyFrom(const std::string& source, Copy* c, double* transfer_s);
   absl::Status FetchFile(v1::PeerService::Stub* stub, const v1::StageItem& item,
                          const v1::DatasetFile& f, const std::string& dest, Copy* c);
   // Room for `bytes` more in the cache: least recently used copies that no
