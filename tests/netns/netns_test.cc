@@ -616,6 +616,64 @@ TEST_F(NetnsDatasets, AJobSpanningTwoSitesStagesOverTheFastestLinkToTheHolder) {
               "= %.4f Gbit/s; fedbench on the same link %.4f Gbit/s; ratio %.3f (target >= 0.90)\n",
               bytes / 1048576, secs, gbps, fedbench_gbps, gbps / fedbench_gbps);
   EXPECT_GE(gbps / fedbench_gbps, 0.90);
+
+  // Two holders now (site-a kept its copy). A job on b and c, coordinated
+  // at site-b: b stages from site-a (the 1000 Mbit/s link), which is killed
+  // -9 mid-copy; b resumes from site-c, and no rank starts before the copy
+  // is whole and checked.
+  Shape(pairs_[2], 400, "change");  // b-c, so the rest comes in seconds
+  std::filesystem::remove_all(marks);
+  std::filesystem::create_directories(marks);
+  std::filesystem::permissions(marks, std::filesystem::perms::all);
+  auto alice_b = [&](const std::string& args) {
+    return Sh("ip netns exec " + Ns("b") + " " + FedctlBin() + " --gateway 127.0.0.1:7443 --tls-dir " +
+              dir_ / "alice" + " -o json " + args);
+  };
+  ASSERT_TRUE(Eventually(
+      [&] {
+        return alice_b("datasets list").out.find("\"sites\":[\"site-a\",\"site-c\"]") !=
+               std::string::npos;
+      },
+      20000, 200));
+  WriteText(dir_ / "job2.yaml",
+            "name: resume\ngpus: 8\nallowed_sites: [site-b, site-c]\ndatasets: [big]\n"
+            "command: [sh, -c, 'cd $FEDGATE_DATASET_DIR_BIG && sha256sum shards/* > " + marks +
+                "/$FEDGATE_SITE-$RANK']\n");
+  auto sub2 = alice_b("jobs submit -f " + dir_ / "job2.yaml");
+  v1::SubmitJobResponse r2;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(sub2.out, &r2).ok()) << sub2.out << sub2.err;
+  const std::string id2 = r2.job().id();
+  auto job_b = [&](const std::string& jid) {
+    v1::GetJobResponse resp;
+    google::protobuf::util::JsonParseOptions lax;
+    lax.ignore_unknown_fields = true;
+    (void)google::protobuf::util::JsonStringToMessage(alice_b("jobs get " + jid).out, &resp, lax);
+    return resp.job();
+  };
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const std::string reason = job_b(id2).reason();
+        const auto pct = reason.find(" %");
+        return reason.rfind("staging big at site-b", 0) == 0 && pct != std::string::npos &&
+               std::atoi(reason.c_str() + reason.rfind(", ", pct) + 2) >= 10;
+      },
+      60000, 100))
+      << job_b(id2).reason();
+  EXPECT_TRUE(std::filesystem::is_empty(marks)) << "no rank starts while its data is staged";
+  procs_["a"]->Signal(SIGKILL);
+  procs_["a"]->Wait(5000);
+  ASSERT_TRUE(Eventually([&] { return job_b(id2).state() == v1::Job::SUCCEEDED; }, 120000, 500))
+      << job_b(id2).reason() << ReadText(dir_ / "site-b/fedgate.log");
+  EXPECT_EQ(job_b(id2).attempt(), 1u) << "resumed within the reservation, not a new attempt";
+  const std::string blog = ReadText(dir_ / "site-b/fedgate.log");
+  EXPECT_NE(blog.find("dataset big: staging from site-a failed"), std::string::npos) << blog;
+  EXPECT_NE(blog.find("dataset big: staged from site-c"), std::string::npos) << blog;
+  int reads2 = 0;
+  for (const auto& e : std::filesystem::directory_iterator(marks)) {
+    EXPECT_EQ(ReadText(e.path().string()), first) << e.path();
+    ++reads2;
+  }
+  EXPECT_EQ(reads2, 8);
   std::filesystem::remove_all(marks);
 }
 
