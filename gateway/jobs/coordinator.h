@@ -125,6 +125,9 @@ class Coordinator {
   };
   std::vector<StagePlan> StagingFor(const JobRecord& job, const v1::RunPlan& run);
   std::string StageDatasets(JobRecord* job, const v1::RunPlan& run);
+  // One ask of every staging site at once (each keeps its hold alive).
+  std::vector<absl::StatusOr<v1::StageResponse>> AskStaging(const JobRecord& job,
+                                                            const std::vector<StagePlan>& plans);
   // Adds an ended run's GPU-seconds to its tenant's fair-share usage.
   void RecordUsage(const JobRecord& job, const v1::RunPlan& run, int64_t now_ms);
   void UndoReservation(JobRecord job, const std::string& why);

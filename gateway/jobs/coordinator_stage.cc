@@ -71,6 +71,22 @@ std::vector<Coordinator::StagePlan> Coordinator::StagingFor(const JobRecord& job
   return out;
 }
 
+std::vector<absl::StatusOr<v1::StageResponse>> Coordinator::AskStaging(
+    const JobRecord& job, const std::vector<StagePlan>& plans) {
+  std::vector<absl::StatusOr<v1::StageResponse>> answers(plans.size(),
+                                                         absl::UnknownError("no answer"));
+  FanOut fan;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    v1::StageRequest req;
+    *req.mutable_key() = Key(job, plans[i].epoch);
+    for (const auto& item : plans[i].items) *req.add_items() = item;
+    req.set_hold_ttl_ms(kHoldWhileStagingMs);
+    participants_->Stage(plans[i].site, std::move(req), rpc_timeout_ms(), fan.Collect(&answers[i]));
+  }
+  fan.Wait();
+  return answers;
+}
+
 std::string Coordinator::StageDatasets(JobRecord* job, const v1::RunPlan& run) {
   const auto plans = StagingFor(*job, run);
   if (plans.empty()) return "";
@@ -87,17 +103,7 @@ std::string Coordinator::StageDatasets(JobRecord* job, const v1::RunPlan& run) {
     }
   }
   while (!stop_) {
-    std::vector<absl::StatusOr<v1::StageResponse>> answers(plans.size(),
-                                                           absl::UnknownError("no answer"));
-    FanOut fan;
-    for (size_t i = 0; i < plans.size(); ++i) {
-      v1::StageRequest req;
-      *req.mutable_key() = Key(*job, plans[i].epoch);
-      for (const auto& item : plans[i].items) *req.add_items() = item;
-      req.set_hold_ttl_ms(kHoldWhileStagingMs);
-      participants_->Stage(plans[i].site, std::move(req), rpc_timeout_ms(), fan.Collect(&answers[i]));
-    }
-    fan.Wait();
+    const auto answers = AskStaging(*job, plans);
     uint64_t done = 0, total = 0;
     bool all_done = true;
     std::string status;

@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <map>
 #include <set>
 
 #include "base/str_cat.h"
@@ -46,16 +47,20 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, const std::str
         "max_attempts", "command", "env", "recovery", "max_replacements", "checkpoint",
         "datasets", "preferred_sites"};
     v1::JobSpec spec;
+    const std::map<std::string, google::protobuf::RepeatedPtrField<std::string>*> kLists = {
+        {"gpu_models", spec.mutable_gpu_models()},   {"allowed_sites", spec.mutable_allowed_sites()},
+        {"avoided_sites", spec.mutable_avoided_sites()},
+        {"preferred_sites", spec.mutable_preferred_sites()}, {"datasets", spec.mutable_datasets()}};
     for (auto it = root.begin(); it != root.end(); ++it) {
       const std::string key = it->first.as<std::string>();
       const YAML::Node v = it->second;  // a copy: the iterator yields temporaries
       if (!kKeys.contains(key)) w.Fail(it->first, StrCat("unknown field \"", key, "\""));
-      if (key == "name") {
+      if (auto list = kLists.find(key); list != kLists.end()) {
+        List(w, v, key, list->second);
+      } else if (key == "name") {
         spec.set_name(w.Scalar<std::string>(v, key, "a string"));
       } else if (key == "gpus") {
         spec.set_gpus(Count(w, v, key));
-      } else if (key == "gpu_models") {
-        List(w, v, key, spec.mutable_gpu_models());
       } else if (key == "min_gpu_memory_gib") {
         spec.set_min_gpu_memory_gib(Count(w, v, key));
       } else if (key == "max_sites") {
@@ -66,14 +71,6 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, const std::str
         if (spec.min_gpus_per_site() == 0) w.Fail(v, "min_gpus_per_site must be >= 1");
       } else if (key == "min_link_gbps") {
         spec.set_min_link_gbps(w.Scalar<double>(v, key, "a number"));
-      } else if (key == "allowed_sites") {
-        List(w, v, key, spec.mutable_allowed_sites());
-      } else if (key == "avoided_sites") {
-        List(w, v, key, spec.mutable_avoided_sites());
-      } else if (key == "preferred_sites") {
-        List(w, v, key, spec.mutable_preferred_sites());
-      } else if (key == "datasets") {
-        List(w, v, key, spec.mutable_datasets());
       } else if (key == "priority") {
         spec.set_priority(w.Scalar<std::string>(v, key, "a string"));
       } else if (key == "estimated_duration") {

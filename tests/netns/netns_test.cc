@@ -165,6 +165,37 @@ class NetnsFederation : public ::testing::Test {
     return resp.link().gbps();
   }
 
+  // fedbench from site `from` to `to` over the pair's link (4 s, one stream).
+  double FedbenchGbps(const Pair& p, const std::string& from, const std::string& to) {
+    const std::string target = Addr(p, to) + ":7600";
+    auto server = Process::Spawn({"/usr/sbin/ip", "netns", "exec", Ns(to), std::string(FEDBENCH_BIN),
+                                  "server", "--listen", target},
+                                 dir_ / "fedbench-server.log");
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    auto bench = Sh("ip netns exec " + Ns(from) + " " + std::string(FEDBENCH_BIN) + " run --target " +
+                    target + " --transport tcp --streams 1 --duration 4 -o json");
+    server->Signal(SIGTERM);
+    server->Wait(5000);
+    EXPECT_EQ(bench.exit_code, 0) << bench.err;
+    const auto at = bench.out.rfind("\"gbps\":");
+    EXPECT_NE(at, std::string::npos) << bench.out;
+    return at == std::string::npos ? 0 : std::atof(bench.out.c_str() + at + 7);
+  }
+
+  // alice of tenant vision, through site `s`'s gateway (-o json).
+  CommandResult Alice(const std::string& s, const std::string& args) {
+    if (!std::filesystem::exists(dir_ / "alice")) WriteTlsDir(dir_ / "alice", ca_.User("vision", "alice"));
+    return Sh("ip netns exec " + Ns(s) + " " + FedctlBin() + " --gateway 127.0.0.1:7443 --tls-dir " +
+              dir_ / "alice" + " -o json " + args);
+  }
+  v1::Job JobAt(const std::string& s, const std::string& id) {
+    v1::GetJobResponse resp;
+    google::protobuf::util::JsonParseOptions lax;
+    lax.ignore_unknown_fields = true;
+    (void)google::protobuf::util::JsonStringToMessage(Alice(s, "jobs get " + id).out, &resp, lax);
+    return resp.job();
+  }
+
   void ExpectRate(double gbps, int mbit, const std::string& what) {
     const double expected = mbit / 1000.0 * transport::TcpPayloadFraction(1500);
     std::printf("[ measure ] %s: %.4f Gbit/s, expected %.4f (tbf %d Mbit/s x 1448/1514), ratio %.3f\n",
@@ -262,24 +293,14 @@ TEST_F(NetnsFederation, APartitionedJobRunsAgainOnTheSitesLeftAndTheViewHeals) {
   const std::string marks = "/tmp/" + prefix_ + "-marks";
   std::filesystem::create_directories(marks);
   std::filesystem::permissions(marks, std::filesystem::perms::all);
-  WriteTlsDir(dir_ / "alice", ca_.User("vision", "alice"));
   WriteText(dir_ / "job.yaml",
             "name: split\ngpus: 6\nmax_attempts: 5\ncommand: [sh, -c, 'f=" + marks +
                 "/$FEDGATE_SITE-$FEDGATE_ATTEMPT-$RANK; echo \"$FEDGATE_SITE $CUDA_VISIBLE_DEVICES "
                 "$FEDGATE_ATTEMPT start $(date +%s.%N)\" > $f; trap \"echo \\\"$FEDGATE_SITE "
                 "$CUDA_VISIBLE_DEVICES $FEDGATE_ATTEMPT end $(date +%s.%N)\\\" >> $f; exit 0\" TERM; "
                 "sleep 300 & wait']\n");
-  auto alice = [&](const std::string& args) {
-    return Sh("ip netns exec " + Ns("a") + " " + FedctlBin() + " --gateway 127.0.0.1:7443 --tls-dir " +
-              dir_ / "alice" + " -o json " + args);
-  };
-  auto job = [&](const std::string& id) {
-    v1::GetJobResponse resp;
-    google::protobuf::util::JsonParseOptions lax;
-    lax.ignore_unknown_fields = true;
-    (void)google::protobuf::util::JsonStringToMessage(alice("jobs get " + id).out, &resp, lax);
-    return resp.job();
-  };
+  auto alice = [&](const std::string& args) { return Alice("a", args); };
+  auto job = [&](const std::string& id) { return JobAt("a", id); };
   auto sites_of = [](const v1::Job& j) {
     std::set<std::string> out;
     for (const auto& s : j.run().sites()) out.insert(s.site());
@@ -372,24 +393,12 @@ TEST_F(NetnsFederation, AReplacedSliceGetsTheNewestCheckpointOverTheShapedLinks)
       [&] { return Fedctl("a", "capacity -o json").out.find("site-c") != std::string::npos; },
       30000, 200));
   // fedbench on the same link, same direction as the copy below (a -> b).
-  const std::string target = Addr(ab, "b") + ":7600";
-  auto server = Process::Spawn({"/usr/sbin/ip", "netns", "exec", Ns("b"), std::string(FEDBENCH_BIN), "server",
-                                "--listen", target},
-                               dir_ / "fedbench-server.log");
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  auto bench = Sh("ip netns exec " + Ns("a") + " " + std::string(FEDBENCH_BIN) + " run --target " + target +
-                  " --transport tcp --streams 1 --duration 4 -o json");
-  server->Signal(SIGTERM);
-  server->Wait(5000);
-  ASSERT_EQ(bench.exit_code, 0) << bench.err;
-  const auto at = bench.out.rfind("\"gbps\":");
-  ASSERT_NE(at, std::string::npos) << bench.out;
-  const double fedbench_gbps = std::atof(bench.out.c_str() + at + 7);
+  const double fedbench_gbps = FedbenchGbps(ab, "a", "b");
+  ASSERT_GT(fedbench_gbps, 0);
 
   const std::string marks = "/tmp/" + prefix_ + "-marks";
   std::filesystem::create_directories(marks);
   std::filesystem::permissions(marks, std::filesystem::perms::all);
-  WriteTlsDir(dir_ / "alice", ca_.User("vision", "alice"));
   constexpr long kBytes = 48L << 20;
   WriteText(dir_ / "job.yaml",
             "name: ckpt\ngpus: 8\nmax_sites: 2\nmin_gpus_per_site: 4\nrecovery: replace\n"
@@ -397,17 +406,8 @@ TEST_F(NetnsFederation, AReplacedSliceGetsTheNewestCheckpointOverTheShapedLinks)
             "then head -c " + std::to_string(kBytes) + " /dev/urandom > $FEDGATE_CHECKPOINT_DIR/.w && "
             "mv $FEDGATE_CHECKPOINT_DIR/.w $FEDGATE_CHECKPOINT_DIR/step-1; fi; touch " + marks +
             "/$FEDGATE_SITE-$FEDGATE_RESTART-$RANK; exec sleep 600']\n");
-  auto alice = [&](const std::string& args) {
-    return Sh("ip netns exec " + Ns("a") + " " + FedctlBin() + " --gateway 127.0.0.1:7443 --tls-dir " +
-              dir_ / "alice" + " -o json " + args);
-  };
-  auto job = [&](const std::string& id) {
-    v1::GetJobResponse resp;
-    google::protobuf::util::JsonParseOptions lax;
-    lax.ignore_unknown_fields = true;
-    (void)google::protobuf::util::JsonStringToMessage(alice("jobs get " + id).out, &resp, lax);
-    return resp.job();
-  };
+  auto alice = [&](const std::string& args) { return Alice("a", args); };
+  auto job = [&](const std::string& id) { return JobAt("a", id); };
   auto sub = alice("jobs submit -f " + dir_ / "job.yaml");
   ASSERT_EQ(sub.exit_code, 0) << sub.err;
   v1::SubmitJobResponse submitted;
@@ -533,36 +533,14 @@ TEST_F(NetnsDatasets, AJobSpanningTwoSitesStagesOverTheFastestLinkToTheHolder) {
     Probe(from, to);
   }
   // fedbench on the link the copy will take, in its direction (c -> a).
-  const Pair& ac = pairs_[1];
-  const std::string target = Addr(ac, "a") + ":7600";
-  auto server = Process::Spawn({"/usr/sbin/ip", "netns", "exec", Ns("a"), std::string(FEDBENCH_BIN),
-                                "server", "--listen", target},
-                               dir_ / "fedbench-server.log");
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  auto bench = Sh("ip netns exec " + Ns("c") + " " + std::string(FEDBENCH_BIN) + " run --target " +
-                  target + " --transport tcp --streams 1 --duration 4 -o json");
-  server->Signal(SIGTERM);
-  server->Wait(5000);
-  ASSERT_EQ(bench.exit_code, 0) << bench.err;
-  const auto at = bench.out.rfind("\"gbps\":");
-  ASSERT_NE(at, std::string::npos) << bench.out;
-  const double fedbench_gbps = std::atof(bench.out.c_str() + at + 7);
+  const double fedbench_gbps = FedbenchGbps(pairs_[1], "c", "a");
+  ASSERT_GT(fedbench_gbps, 0);
 
   const std::string marks = "/tmp/" + prefix_ + "-reads";
   std::filesystem::create_directories(marks);
   std::filesystem::permissions(marks, std::filesystem::perms::all);
-  WriteTlsDir(dir_ / "alice", ca_.User("vision", "alice"));
-  auto alice = [&](const std::string& args) {
-    return Sh("ip netns exec " + Ns("a") + " " + FedctlBin() + " --gateway 127.0.0.1:7443 --tls-dir " +
-              dir_ / "alice" + " -o json " + args);
-  };
-  auto job = [&](const std::string& id) {
-    v1::GetJobResponse resp;
-    google::protobuf::util::JsonParseOptions lax;
-    lax.ignore_unknown_fields = true;
-    (void)google::protobuf::util::JsonStringToMessage(alice("jobs get " + id).out, &resp, lax);
-    return resp.job();
-  };
+  auto alice = [&](const std::string& args) { return Alice("a", args); };
+  auto job = [&](const std::string& id) { return JobAt("a", id); };
   auto submit = [&](const std::string& spec) {
     WriteText(dir_ / "job.yaml", spec);
     auto sub = alice("jobs submit -f " + dir_ / "job.yaml");
@@ -625,10 +603,7 @@ TEST_F(NetnsDatasets, AJobSpanningTwoSitesStagesOverTheFastestLinkToTheHolder) {
   std::filesystem::remove_all(marks);
   std::filesystem::create_directories(marks);
   std::filesystem::permissions(marks, std::filesystem::perms::all);
-  auto alice_b = [&](const std::string& args) {
-    return Sh("ip netns exec " + Ns("b") + " " + FedctlBin() + " --gateway 127.0.0.1:7443 --tls-dir " +
-              dir_ / "alice" + " -o json " + args);
-  };
+  auto alice_b = [&](const std::string& args) { return Alice("b", args); };
   ASSERT_TRUE(Eventually(
       [&] {
         return alice_b("datasets list").out.find("\"sites\":[\"site-a\",\"site-c\"]") !=
@@ -643,13 +618,7 @@ TEST_F(NetnsDatasets, AJobSpanningTwoSitesStagesOverTheFastestLinkToTheHolder) {
   v1::SubmitJobResponse r2;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(sub2.out, &r2).ok()) << sub2.out << sub2.err;
   const std::string id2 = r2.job().id();
-  auto job_b = [&](const std::string& jid) {
-    v1::GetJobResponse resp;
-    google::protobuf::util::JsonParseOptions lax;
-    lax.ignore_unknown_fields = true;
-    (void)google::protobuf::util::JsonStringToMessage(alice_b("jobs get " + jid).out, &resp, lax);
-    return resp.job();
-  };
+  auto job_b = [&](const std::string& jid) { return JobAt("b", jid); };
   ASSERT_TRUE(Eventually(
       [&] {
         const std::string reason = job_b(id2).reason();
