@@ -70,6 +70,11 @@ v1::StageResponse DatasetStager::Ensure(const std::vector<v1::StageItem>& items)
         if (held->manifest.digest() == item.digest()) {
           p->set_bytes_done(item.bytes());
           p->set_done(true);
+          if (auto done = copies_.find(item.name());
+              done != copies_.end() && done->second->finished) {
+            ended.push_back(std::move(done->second));
+            copies_.erase(done);
+          }
           continue;
         }
         if (!held->cached) {  // never replaced by a copy of other content
@@ -79,13 +84,20 @@ v1::StageResponse DatasetStager::Ensure(const std::vector<v1::StageItem>& items)
       }
       auto it = copies_.find(item.name());
       if (it != copies_.end() && it->second->finished) {
-        // Ended without the dataset: report it once, then a later ask tries again.
-        std::lock_guard c(it->second->mu);
-        p->set_error(it->second->error.empty() ? "the copy ended without the dataset"
-                                               : it->second->error);
+        // A copy that failed is reported once, then a later ask tries again;
+        // one that succeeded (its dataset since evicted) is simply done with.
+        std::string error;
+        {
+          std::lock_guard c(it->second->mu);
+          error = it->second->error;
+        }
         ended.push_back(std::move(it->second));
         copies_.erase(it);
-        continue;
+        it = copies_.end();
+        if (!error.empty()) {
+          p->set_error(error);
+          continue;
+        }
       }
       if (it == copies_.end()) {
         if (stop_) {
