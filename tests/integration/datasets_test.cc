@@ -11,6 +11,7 @@
 #include <random>
 
 #include "fedgate/v1/admin.pb.h"
+#include "fedgate/v1/federation.grpc.pb.h"
 #include "tests/support/jobs_fixture.h"
 
 namespace fedgate::testing {
@@ -132,6 +133,53 @@ TEST_F(DatasetsTest, ASpanningJobStagesItsDatasetAndBothSitesReadTheSameFiles) {
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.err.find("not a dataset name"), std::string::npos) << bad.err;
   (void)Alice("site-a", {"jobs", "cancel", nope});
+
+  // A peer asking the holder for what is not a file of the dataset gets
+  // nothing: a path out of the folder, a path not in the manifest, another
+  // digest, a dataset the holder does not have. A tenant is no peer.
+  auto fetch = [&](const TlsFiles& who, const std::string& name, const std::string& digest,
+                   const std::string& path) {
+    auto stub = v1::PeerService::NewStub(TlsChannel(fed_.endpoint("site-a"), who));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::FetchDatasetRequest req;
+    req.set_site("site-b");
+    req.set_name(name);
+    req.set_digest(digest);
+    req.set_path(path);
+    auto reader = stub->FetchDataset(&ctx, req);
+    v1::DatasetChunk chunk;
+    std::string got;
+    while (reader->Read(&chunk)) got += chunk.data();
+    auto st = reader->Finish();
+    return std::pair{st, got};
+  };
+  std::string digest;
+  {
+    v1::ListDatasetsResponse all;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(Alice("site-a", {"datasets", "list"}).out,
+                                                            &all).ok());
+    ASSERT_EQ(all.datasets_size(), 1);
+    digest = all.datasets(0).digest();
+  }
+  const TlsFiles peer = ca_.Gateway("site-b");
+  auto good = fetch(peer, "train-set", digest, "labels.txt");
+  EXPECT_TRUE(good.first.ok()) << good.first.error_message();
+  EXPECT_EQ(good.second, "cat\ndog\n");
+  const double refused_before =
+      Metric(fed_.ops_port("site-a"), "fedgate_dataset_refused_total{reason=\"bad_path\"}");
+  for (const std::string path : {"../train-src/labels.txt", "/etc/passwd", "shards", "missing"}) {
+    auto r = fetch(peer, "train-set", digest, path);
+    EXPECT_EQ(r.first.error_code(), grpc::StatusCode::NOT_FOUND) << path;
+    EXPECT_TRUE(r.second.empty()) << path;
+  }
+  EXPECT_EQ(Metric(fed_.ops_port("site-a"), "fedgate_dataset_refused_total{reason=\"bad_path\"}"),
+            refused_before + 4);
+  EXPECT_EQ(fetch(peer, "train-set", std::string(64, '0'), "labels.txt").first.error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(fetch(peer, "other", digest, "labels.txt").first.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(fetch(ca_.User("vision", "mallory"), "train-set", digest, "labels.txt").first.error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
   for (const auto& site : {"site-a", "site-b", "site-c"}) fed_.Stop(site);
   fs::remove_all(shared);
 }
