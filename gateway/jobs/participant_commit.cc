@@ -290,6 +290,7 @@ void Participant::FillRecord(const LaunchPlan& plan, const v1::CommitRequest& re
   rec->set_keep_hold(req.keep_hold());
   rec->set_checkpoint_keep(req.checkpoint_keep());
   *rec->mutable_world_sites() = req.world_sites();
+  *rec->mutable_datasets() = req.datasets();
 }
 
 void Participant::LaunchRanks(const LaunchPlan& plan, const v1::CommitRequest& req, Slice* out,

@@ -138,6 +138,7 @@ bool Participant::ReattachLocked(const StoredSlice& row, const v1::SliceRecord& 
   s.keep_hold = rec.keep_hold();
   s.checkpoint_keep = rec.checkpoint_keep();
   s.world_sites.assign(rec.world_sites().begin(), rec.world_sites().end());
+  s.datasets.assign(rec.datasets().begin(), rec.datasets().end());
   // A replacement committed parked: its GPUs wait for the next world.
   s.parked = rec.keep_hold() && rec.ranks().empty();
   if (s.parked) s.state = SliceState::HELD;

@@ -204,5 +204,33 @@ TEST_F(DatasetStagerTest, TheCacheEvictsTheLeastRecentlyUsedCopyNoSliceReads) {
   EXPECT_TRUE(registry_->Find("z"));
 }
 
+TEST_F(DatasetStagerTest, AStagedCopyIsKeptAcrossARestartUnlessTampered) {
+  holder_.files = {{"a", "one"}, {"b", "two"}};
+  holder_.manifest = ManifestOf("ds", holder_.files, dir_ / "src");
+  MakeStager(0);
+  ASSERT_TRUE(Stage(Item(holder_.manifest)).done());
+  const std::string path = registry_->Find("ds")->path;
+  stager_->Stop();
+  auto restarted = [&] {
+    auto reg = std::make_unique<DatasetRegistry>(std::vector<DatasetConfig>{}, dir_ / "manifests",
+                                                 &metrics_);
+    reg->SetCacheDir(dir_ / "cache");
+    reg->Start();
+    reg->WaitVerified();
+    return reg;
+  };
+  auto again = restarted();
+  ASSERT_TRUE(again->Find("ds").has_value()) << "announced again after a restart";
+  EXPECT_EQ(again->Find("ds")->manifest.digest(), holder_.manifest.digest());
+  EXPECT_TRUE(again->Find("ds")->cached);
+  // A byte changed while the gateway was down: the copy is dropped.
+  fs::permissions(path + "/b", fs::perms::owner_write, fs::perm_options::add);
+  WriteText(path + "/b", "tw0");
+  auto tampered = restarted();
+  EXPECT_FALSE(tampered->Find("ds").has_value());
+  EXPECT_FALSE(fs::exists(path));
+  EXPECT_EQ(Refused("manifest_mismatch"), 1);
+}
+
 }  // namespace
 }  // namespace fedgate::gateway
