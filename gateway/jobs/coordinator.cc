@@ -45,6 +45,7 @@ void Coordinator::Stop() {
   wake_.notify_all();
   if (placer_.joinable()) placer_.join();
   if (renewer_.joinable()) renewer_.join();
+  JoinStaging(true);
 }
 
 void Coordinator::Sleep(int64_t ms) {

@@ -125,6 +125,10 @@ class Coordinator {
   };
   std::vector<StagePlan> StagingFor(const JobRecord& job, const v1::RunPlan& run);
   std::string StageDatasets(JobRecord* job, const v1::RunPlan& run);
+  // Stages and then commits (or undoes) the reservation on a thread of its own.
+  void StageThenCommit(JobRecord job, v1::RunPlan next);
+  bool IsStaging(const std::string& job_id);
+  void JoinStaging(bool all);
   // One ask of every staging site at once (each keeps its hold alive).
   std::vector<absl::StatusOr<v1::StageResponse>> AskStaging(const JobRecord& job,
                                                             const std::vector<StagePlan>& plans);
@@ -205,6 +209,14 @@ class Coordinator {
   bool place_now_ ABSL_GUARDED_BY(wake_mu_) = false;
   std::atomic<bool> stop_{false};
   std::thread placer_, renewer_;
+  // Reservations waiting for their sites to stage datasets, each on a thread
+  // of its own so the placement pass goes on meanwhile (coordinator_stage.cc).
+  struct Staging {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> ended = std::make_shared<std::atomic<bool>>(false);
+  };
+  std::mutex staging_mu_;
+  std::map<std::string, Staging> staging_ ABSL_GUARDED_BY(staging_mu_);  // by job id
 };
 
 }  // namespace fedgate::gateway

@@ -80,7 +80,9 @@ void Coordinator::PlacePass() {
     const int64_t est_ms = est.ok() ? *est : 3600000;
     if (j.state == JobState::kReserving) {
       // Only this thread reserves and it finishes every reservation it
-      // starts, so a job left RESERVING is one a crash interrupted.
+      // starts (or hands it to a staging thread), so a job left RESERVING
+      // otherwise is one a crash interrupted.
+      if (IsStaging(j.id)) continue;
       UndoReservation(j, "reservation interrupted by a coordinator restart; will retry");
     } else if (j.state == JobState::kPending) {
       federation::SchedJob q{j.id, j.tenant, j.spec.gpus(), est_ms, j.spec.priority() == "spot",

@@ -173,15 +173,18 @@ bool Coordinator::TryStart(JobRecord job, const std::vector<std::string>& unreac
       federation::JudgePrepare(reqs, answers, quota_index, next.quota_site(), &next);
   CrashPoint("coordinator-after-prepare");
   if (on_phase_) on_phase_("prepare", verdict.failed.empty(), SecondsSince(prepare_start));
-  std::string failed = verdict.failed;
-  // Sites chosen without the job's datasets stage them while their GPUs are held.
-  if (failed.empty() && job.spec.datasets_size() > 0) failed = StageDatasets(&job, next);
-  if (!failed.empty()) {
+  if (!verdict.failed.empty()) {
     if (on_reservation_end_) on_reservation_end_(false);
     // The holds just made belong to this attempt's run: undo them all.
     job.run = next.SerializeAsString();
-    UndoReservation(job, failed);
+    UndoReservation(job, verdict.failed);
     return false;
+  }
+  // Sites chosen without the job's datasets stage them while their GPUs are
+  // held; the pass goes on with other jobs meanwhile.
+  if (job.spec.datasets_size() > 0 && !StagingFor(job, next).empty()) {
+    StageThenCommit(std::move(job), std::move(next));
+    return true;
   }
   return DecideAndCommit(std::move(job), next);
 }

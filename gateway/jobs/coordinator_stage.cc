@@ -162,4 +162,45 @@ std::string Coordinator::StageDatasets(JobRecord* job, const v1::RunPlan& run) {
   return "the coordinator is stopping";
 }
 
+void Coordinator::StageThenCommit(JobRecord job, v1::RunPlan next) {
+  JoinStaging(false);
+  std::lock_guard lock(staging_mu_);
+  Staging& s = staging_[job.id];
+  s.thread = std::thread([this, job = std::move(job), next = std::move(next), ended = s.ended]() mutable {
+    const std::string why = StageDatasets(&job, next);
+    if (why.empty()) {
+      DecideAndCommit(std::move(job), next);
+    } else {
+      if (on_reservation_end_) on_reservation_end_(false);
+      job.run = next.SerializeAsString();
+      UndoReservation(std::move(job), why);
+    }
+    *ended = true;
+  });
+}
+
+bool Coordinator::IsStaging(const std::string& job_id) {
+  std::lock_guard lock(staging_mu_);
+  auto it = staging_.find(job_id);
+  return it != staging_.end() && !*it->second.ended;
+}
+
+void Coordinator::JoinStaging(bool all) {
+  std::vector<std::thread> done;
+  {
+    std::lock_guard lock(staging_mu_);
+    for (auto it = staging_.begin(); it != staging_.end();) {
+      if (all || *it->second.ended) {
+        done.push_back(std::move(it->second.thread));
+        it = staging_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& t : done) {
+    if (t.joinable()) t.join();
+  }
+}
+
 }  // namespace fedgate::gateway

@@ -629,6 +629,14 @@ TEST_F(NetnsDatasets, AJobSpanningTwoSitesStagesOverTheFastestLinkToTheHolder) {
       60000, 100))
       << job_b(id2).reason();
   EXPECT_TRUE(std::filesystem::is_empty(marks)) << "no rank starts while its data is staged";
+  // Placement goes on meanwhile: a job for site-a's free GPUs runs to its end.
+  WriteText(dir_ / "job3.yaml", "name: meanwhile\ngpus: 2\nallowed_sites: [site-a]\ncommand: [true]\n");
+  auto sub3 = alice_b("jobs submit -f " + dir_ / "job3.yaml");
+  v1::SubmitJobResponse r3;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(sub3.out, &r3).ok()) << sub3.out << sub3.err;
+  ASSERT_TRUE(Eventually([&] { return job_b(r3.job().id()).state() == v1::Job::SUCCEEDED; }, 20000, 100))
+      << job_b(r3.job().id()).reason();
+  EXPECT_EQ(job_b(id2).state(), v1::Job::RESERVING) << "still staging: " << job_b(id2).reason();
   procs_["a"]->Signal(SIGKILL);
   procs_["a"]->Wait(5000);
   ASSERT_TRUE(Eventually([&] { return job_b(id2).state() == v1::Job::SUCCEEDED; }, 120000, 500))
