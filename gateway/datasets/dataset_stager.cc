@@ -17,6 +17,17 @@ namespace {
 
 constexpr int64_t kManifestTimeoutMs = 30000;
 
+int64_t SteadyMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void Cancel(std::mutex& mu, grpc::ClientContext* const& active) {
+  std::lock_guard lock(mu);
+  if (active != nullptr) active->TryCancel();
+}
+
 std::string FolderName(const v1::StageItem& item) {
   return StrCat(item.name(), "@", item.digest().substr(0, 16));
 }
@@ -48,6 +59,7 @@ void DatasetStager::Stop() {
     std::lock_guard lock(mu_);
     copies.swap(copies_);
   }
+  for (auto& [name, c] : copies) Cancel(c->mu, c->active);
   for (auto& [name, c] : copies) {
     if (c->thread.joinable()) c->thread.join();
   }
@@ -107,15 +119,22 @@ v1::StageResponse DatasetStager::Ensure(const std::vector<v1::StageItem>& items)
         auto c = std::make_unique<Copy>();
         c->item = item;
         c->total = item.bytes();
+        c->progress_ms = SteadyMs();
         Copy* raw = c.get();
         c->thread = std::thread([this, raw] { Run(raw); });
         it = copies_.emplace(item.name(), std::move(c)).first;
       }
-      const Copy& c = *it->second;
+      Copy& c = *it->second;
+      if (SteadyMs() - c.progress_ms > kStallMs) {
+        spdlog::warn("dataset {}: nothing from its holder for {} s: cut off", item.name(),
+                     kStallMs / 1000);
+        c.progress_ms = SteadyMs();  // the next holder gets its own time
+        Cancel(c.mu, c.active);
+      }
       p->set_bytes_done(c.done);
       p->set_bytes_total(c.total);
-      std::lock_guard cl(it->second->mu);
-      p->set_source(it->second->source);
+      std::lock_guard cl(c.mu);
+      p->set_source(c.source);
     }
   }
   for (auto& c : ended) {
@@ -133,6 +152,7 @@ void DatasetStager::Run(Copy* c) {
       c->source = source;
     }
     const auto t0 = std::chrono::steady_clock::now();
+    c->progress_ms = SteadyMs();
     double transfer_s = 0;
     auto st = CopyFrom(source, c, &transfer_s);
     if (st.ok()) {
@@ -257,6 +277,11 @@ absl::Status DatasetStager::FetchFile(v1::PeerService::Stub* stub, const v1::Sta
   req.set_digest(item.digest());
   req.set_path(f.path());
   req.set_offset(have);
+  {
+    std::lock_guard lock(c->mu);
+    c->active = &ctx;
+  }
+  if (stop_) ctx.TryCancel();
   auto reader = stub->FetchDataset(&ctx, req);
   v1::DatasetChunk chunk;
   absl::Status failed;
@@ -280,12 +305,17 @@ absl::Status DatasetStager::FetchFile(v1::PeerService::Stub* stub, const v1::Sta
     }
     have += chunk.data().size();
     c->done = base + have;
+    c->progress_ms = SteadyMs();
     if (metrics_ != nullptr) {
       metrics_->Inc("fedgate_dataset_staged_bytes_total", {}, static_cast<double>(chunk.data().size()));
     }
   }
   ::close(fd);
   auto st = reader->Finish();
+  {
+    std::lock_guard lock(c->mu);
+    c->active = nullptr;
+  }
   if (!failed.ok()) return failed;
   if (!st.ok()) return absl::UnavailableError(StrCat(f.path(), ": ", st.error_message()));
   if (have != f.size_bytes()) {

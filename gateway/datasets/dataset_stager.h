@@ -53,10 +53,15 @@ class DatasetStager {
     std::atomic<uint64_t> done{0};
     std::atomic<uint64_t> total{0};
     std::atomic<bool> finished{false};
+    std::atomic<int64_t> progress_ms{0};  // steady clock: the last byte (or start)
     std::mutex mu;
-    std::string error, source;  // under mu
+    std::string error, source;               // under mu
+    grpc::ClientContext* active = nullptr;   // under mu: the fetch in flight
     std::thread thread;
   };
+  // A holder that sends nothing for this long is cut off (the next one is
+  // tried): a hung connection must not hold a copy forever.
+  static constexpr int64_t kStallMs = 60000;
   void Run(Copy* c);
   // `*transfer_s`: the time the files took to arrive (before they are checked).
   absl::Status CopyFrom(const std::string& source, Copy* c, double* transfer_s);
