@@ -1,0 +1,440 @@
+// The election rules of federation/coordinator_term.h run by simulated
+// members over a simulated network that drops, delays and reorders messages
+// under a seed, with members killed, restarted and cut off. What must hold
+// whatever the schedule: one winner per term; a member grants one candidate
+// per term; a member's accepted term never goes back; a call is accepted
+// only from its term's winner; honest members are never taken for hostile.
+// What must happen: a dead coordinator is replaced in time by the first
+// successor that can reach a majority, and a coordinator heard by a
+// majority is never voted out.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <map>
+#include <random>
+#include <set>
+
+#include "federation/coordinator_term.h"
+
+namespace fedgate::federation {
+namespace {
+
+constexpr int64_t kLease = 3000, kBeat = 1000, kTakeoverAfter = 9000, kStagger = 1500;
+constexpr int64_t kElectionTimeout = 2000, kTick = 10;
+const std::string kJob = "j-1";
+
+struct Msg {
+  enum Kind { kPreVote, kVote, kPreVoteAnswer, kVoteAnswer, kCall, kCallAnswer };
+  Kind kind = kCall;
+  int from = 0, to = 0;
+  uint64_t term = 0;
+  bool ok = false;
+  std::string coordinator;
+  std::vector<Grant> grants;
+};
+
+struct Node {
+  std::string name;
+  TermState st;
+  bool alive = true;
+  std::map<int, int64_t> accepted;  // as coordinator: member -> its last accepted call
+  int64_t confirmed_ms = -1;        // as coordinator: a majority accepted within the lease
+  int64_t next_beat = 0;
+  enum { kIdle, kPre, kVoting } phase = kIdle;
+  uint64_t cand_term = 0;
+  int64_t cand_started = 0, next_try = 0;
+  std::set<int> pre;
+  std::vector<Grant> grants;  // while voting; then those of the term it coordinates
+  std::string last_coordinator;
+};
+
+class Sim {
+ public:
+  // n members s0..s{n-1}; s0 coordinates term 1 and runs no slice; the
+  // virtual cluster is s1..s{n-1} in rank order.
+  Sim(int n, uint64_t seed, double drop, int64_t max_delay)
+      : rng_(seed), drop_(drop), max_delay_(max_delay) {
+    for (int i = 0; i < n; ++i) {
+      Node node;
+      node.name = "s" + std::to_string(i);
+      node.st.term = 1;
+      node.st.coordinator = "s0";
+      node.last_coordinator = "s0";
+      nodes_.push_back(node);
+      members_.push_back(node.name);
+      if (i > 0) vc_.push_back(node.name);
+      nodes_[0].grants.push_back(Grant{kJob, 1, "s0", node.name});
+    }
+    won_[1] = "s0";
+  }
+
+  void Kill(int i) { nodes_[i].alive = false; }
+  // A restart keeps what was persisted (term, coordinator, vote) and hears
+  // its coordinator as of now.
+  void Restart(int i) {
+    Node& n = nodes_[i];
+    n.alive = true;
+    n.st.heard_ms = now_;
+    n.phase = Node::kIdle;
+    n.accepted.clear();
+    n.confirmed_ms = -1;
+    n.next_try = now_;
+  }
+  void Cut(int a, int b) { cut_.insert({std::min(a, b), std::max(a, b)}); }
+  void HealAll() { cut_.clear(); }
+  void SetDrop(double d) { drop_ = d; }
+
+  void RunUntil(int64_t t) {
+    while (now_ < t) {
+      now_ += kTick;
+      while (!queue_.empty() && queue_.begin()->first.first <= now_) {
+        Msg m = queue_.begin()->second;
+        queue_.erase(queue_.begin());
+        if (nodes_[m.to].alive) Receive(m);
+      }
+      for (int i = 0; i < static_cast<int>(nodes_.size()); ++i) {
+        if (nodes_[i].alive) Tick(i);
+      }
+    }
+  }
+
+  // The alive member coordinating the highest term with a majority behind
+  // it within the lease ("" if none).
+  std::string Coordinator() const {
+    std::string who;
+    uint64_t best = 0;
+    for (const Node& n : nodes_) {
+      if (n.alive && n.st.coordinator == n.name && n.confirmed_ms >= now_ - kLease && n.st.term >= best) {
+        best = n.st.term;
+        who = n.name;
+      }
+    }
+    return who;
+  }
+
+  int64_t now() const { return now_; }
+  const Node& node(int i) const { return nodes_[i]; }
+  const std::map<uint64_t, std::string>& won() const { return won_; }
+  const std::map<uint64_t, int64_t>& won_at() const { return won_at_; }
+  const std::vector<std::string>& violations() const { return violations_; }
+
+ private:
+  void Violation(const std::string& what) {
+    violations_.push_back("t=" + std::to_string(now_) + " " + what);
+  }
+
+  void Send(int from, int to, Msg m) {
+    if (cut_.count({std::min(from, to), std::max(from, to)}) > 0) return;
+    if (std::uniform_real_distribution<double>(0, 1)(rng_) < drop_) return;
+    m.from = from;
+    m.to = to;
+    const int64_t at = now_ + std::uniform_int_distribution<int64_t>(5, max_delay_)(rng_);
+    queue_.emplace(std::pair{at, seq_++}, m);
+  }
+  void ToAll(int from, const Msg& m) {
+    for (int i = 0; i < static_cast<int>(nodes_.size()); ++i) {
+      if (i != from) Send(from, i, m);
+    }
+  }
+  int Position(const Node& n) const {
+    const auto order = SuccessionOrder(vc_, members_, n.last_coordinator);
+    for (size_t i = 0; i < order.size(); ++i) {
+      if (order[i] == n.name) return static_cast<int>(i);
+    }
+    return -1;
+  }
+  void Follow(Node& n) {
+    if (!n.st.coordinator.empty()) n.last_coordinator = n.st.coordinator;
+    if (n.phase != Node::kIdle && n.cand_term <= n.st.term && n.st.coordinator != n.name) {
+      n.phase = Node::kIdle;
+    }
+  }
+
+  void RecordVote(int at, uint64_t term, const std::string& candidate) {
+    auto [it, fresh] = votes_.insert({{at, term}, candidate});
+    if (!fresh && it->second != candidate) {
+      Violation(nodes_[at].name + " granted term " + std::to_string(term) + " to " + it->second +
+                " and " + candidate);
+    }
+  }
+
+  void Receive(const Msg& m) {
+    Node& n = nodes_[m.to];
+    const std::string& from = nodes_[m.from].name;
+    switch (m.kind) {
+      case Msg::kPreVote:
+      case Msg::kVote: {
+        const bool pre = m.kind == Msg::kPreVote;
+        const VoteAnswer a = AnswerVote(&n.st, members_, {kJob, m.term, from, pre}, now_, kLease);
+        if (a.hostile) Violation(n.name + " took " + from + " for hostile: " + a.reason);
+        if (a.granted && !pre) RecordVote(m.to, m.term, from);
+        Follow(n);
+        Msg r;
+        r.kind = pre ? Msg::kPreVoteAnswer : Msg::kVoteAnswer;
+        r.term = m.term;
+        r.ok = a.granted;
+        Send(m.to, m.from, r);
+        return;
+      }
+      case Msg::kPreVoteAnswer:
+        if (n.phase == Node::kPre && m.term == n.cand_term && m.ok) {
+          n.pre.insert(m.from);
+          if (n.pre.size() + 1 >= Majority(members_.size())) StartVote(m.to);
+        }
+        return;
+      case Msg::kVoteAnswer:
+        if (n.phase == Node::kVoting && m.term == n.cand_term && m.ok) {
+          n.grants.push_back(Grant{kJob, m.term, n.name, from});
+          if (GrantsMajority(members_, kJob, m.term, n.name, n.grants)) Win(m.to);
+        }
+        return;
+      case Msg::kCall: {
+        const CallCheck c = AcceptCoordinatorCall(&n.st, members_, kJob, m.term, from, m.grants, now_);
+        if (c.hostile) Violation(n.name + " took " + from + " for hostile: " + c.reason);
+        if (c.ok) {
+          auto& last = accepted_term_[m.to];
+          if (m.term < last) {
+            Violation(n.name + " accepted term " + std::to_string(m.term) + " after " + std::to_string(last));
+          }
+          last = m.term;
+          const auto w = won_.find(m.term);
+          if (w == won_.end() || w->second != from) {
+            Violation(n.name + " accepted " + from + " at term " + std::to_string(m.term) +
+                      " that it did not win");
+          }
+        }
+        Follow(n);
+        Msg r;
+        r.kind = Msg::kCallAnswer;
+        r.term = c.term;
+        r.ok = c.ok;
+        r.coordinator = c.coordinator;
+        Send(m.to, m.from, r);
+        return;
+      }
+      case Msg::kCallAnswer:
+        if (n.st.coordinator != n.name) return;
+        if (m.ok && m.term == n.st.term) {
+          n.accepted[m.from] = now_;
+        } else if (!m.ok && m.term > n.st.term) {
+          n.st.coordinator.clear();  // the job moved: stop coordinating it
+          n.last_coordinator = m.coordinator.empty() ? n.last_coordinator : m.coordinator;
+        }
+        return;
+    }
+  }
+
+  void Tick(int i) {
+    Node& n = nodes_[i];
+    if (n.st.coordinator == n.name) {
+      size_t heard = 1;
+      for (const auto& [m, at] : n.accepted) heard += at >= now_ - kLease;
+      if (heard >= Majority(members_.size())) {
+        n.confirmed_ms = now_;
+        n.st.heard_ms = now_;
+      }
+      if (now_ >= n.next_beat) {
+        Msg call;
+        call.kind = Msg::kCall;
+        call.term = n.st.term;
+        call.grants = n.grants;
+        ToAll(i, call);
+        n.next_beat = now_ + kBeat;
+      }
+      return;
+    }
+    const int pos = Position(n);
+    if (pos < 0) return;
+    if (n.phase != Node::kIdle && now_ - n.cand_started > kElectionTimeout) {
+      n.phase = Node::kIdle;
+      n.next_try = now_ + kStagger * (pos + 1);
+    }
+    if (n.phase == Node::kIdle && now_ >= n.next_try &&
+        now_ - n.st.heard_ms >= TakeoverDelayMs(pos, kTakeoverAfter, kStagger)) {
+      StartPreVote(i);
+    }
+  }
+
+  void StartPreVote(int i) {
+    Node& n = nodes_[i];
+    n.cand_term = n.st.term + 1;
+    n.cand_started = now_;
+    n.pre.clear();
+    if (!AnswerVote(&n.st, members_, {kJob, n.cand_term, n.name, true}, now_, kLease).granted) return;
+    n.phase = Node::kPre;
+    Msg m;
+    m.kind = Msg::kPreVote;
+    m.term = n.cand_term;
+    ToAll(i, m);
+  }
+
+  void StartVote(int i) {
+    Node& n = nodes_[i];
+    if (!AnswerVote(&n.st, members_, {kJob, n.cand_term, n.name, false}, now_, kLease).granted) {
+      n.phase = Node::kIdle;
+      return;
+    }
+    RecordVote(i, n.cand_term, n.name);
+    n.phase = Node::kVoting;
+    n.cand_started = now_;
+    n.grants = {Grant{kJob, n.cand_term, n.name, n.name}};
+    Msg m;
+    m.kind = Msg::kVote;
+    m.term = n.cand_term;
+    ToAll(i, m);
+  }
+
+  void Win(int i) {
+    Node& n = nodes_[i];
+    auto [it, fresh] = won_.insert({n.cand_term, n.name});
+    if (!fresh && it->second != n.name) {
+      Violation("term " + std::to_string(n.cand_term) + " won by " + it->second + " and " + n.name);
+    }
+    won_at_[n.cand_term] = now_;
+    const CallCheck self = AcceptCoordinatorCall(&n.st, members_, kJob, n.cand_term, n.name, n.grants, now_);
+    if (!self.ok) Violation(n.name + " won but refused itself: " + self.reason);
+    n.phase = Node::kIdle;
+    n.last_coordinator = n.name;
+    n.accepted.clear();
+    n.confirmed_ms = -1;
+    n.next_beat = now_;
+  }
+
+  std::mt19937_64 rng_;
+  double drop_;
+  int64_t max_delay_;
+  int64_t now_ = 0;
+  uint64_t seq_ = 0;
+  std::vector<Node> nodes_;
+  std::vector<std::string> members_, vc_;
+  std::set<std::pair<int, int>> cut_;
+  std::map<std::pair<int64_t, uint64_t>, Msg> queue_;  // by (delivery time, order sent)
+  std::map<uint64_t, std::string> won_;
+  std::map<uint64_t, int64_t> won_at_;
+  std::map<std::pair<int, uint64_t>, std::string> votes_;
+  std::map<int, uint64_t> accepted_term_;
+  std::vector<std::string> violations_;
+};
+
+std::string Join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += s + "\n";
+  return out;
+}
+
+TEST(CoordinatorElectionSim, AHeardCoordinatorIsNeverVotedOut) {
+  for (uint64_t seed = 1; seed <= 10; ++seed) {
+    for (int n : {3, 5}) {
+      Sim sim(n, seed, 0.0, 200);
+      sim.RunUntil(120'000);
+      EXPECT_EQ(sim.won().size(), 1u) << "seed " << seed << " n " << n;
+      EXPECT_EQ(sim.Coordinator(), "s0");
+      EXPECT_TRUE(sim.violations().empty()) << Join(sim.violations());
+    }
+  }
+}
+
+TEST(CoordinatorElectionSim, ADeadCoordinatorIsReplacedByTheFirstSiteInTime) {
+  for (uint64_t seed = 1; seed <= 10; ++seed) {
+    Sim sim(3, seed, 0.0, 100);
+    sim.RunUntil(5'000);
+    sim.Kill(0);
+    sim.RunUntil(5'000 + kTakeoverAfter + 2'000);
+    EXPECT_EQ(sim.Coordinator(), "s1") << "seed " << seed;
+    ASSERT_EQ(sim.won().count(2), 1u) << "seed " << seed;
+    EXPECT_LE(sim.won_at().at(2) - 5'000, kTakeoverAfter + 2'000);
+    EXPECT_TRUE(sim.violations().empty()) << Join(sim.violations());
+  }
+}
+
+TEST(CoordinatorElectionSim, ASuccessorCutOffDoesNotStallTheJob) {
+  Sim sim(5, 7, 0.0, 100);
+  sim.RunUntil(5'000);
+  sim.Kill(0);
+  for (int other : {0, 2, 3, 4}) sim.Cut(1, other);
+  sim.RunUntil(5'000 + kTakeoverAfter + kStagger + 2'000);
+  EXPECT_EQ(sim.Coordinator(), "s2") << "the next in rank order, one stagger later";
+  EXPECT_EQ(sim.won().size(), 2u);
+  EXPECT_TRUE(sim.violations().empty()) << Join(sim.violations());
+}
+
+TEST(CoordinatorElectionSim, AMemberCutFromTheCoordinatorAloneCannotTakeOver) {
+  Sim sim(3, 3, 0.0, 100);
+  sim.Cut(0, 1);  // s2 still hears s0 and refuses s1
+  sim.RunUntil(60'000);
+  EXPECT_EQ(sim.won().size(), 1u);
+  EXPECT_EQ(sim.Coordinator(), "s0");
+  EXPECT_EQ(sim.node(1).st.term, 1u) << "pre-votes move no term";
+  EXPECT_TRUE(sim.violations().empty()) << Join(sim.violations());
+}
+
+TEST(CoordinatorElectionSim, ACutOffCoordinatorLearnsTheJobMovedWhenThePartitionHeals) {
+  Sim sim(3, 5, 0.0, 100);
+  sim.RunUntil(5'000);
+  sim.Cut(0, 1);
+  sim.Cut(0, 2);
+  sim.RunUntil(5'000 + kTakeoverAfter + 2'000);
+  EXPECT_EQ(sim.Coordinator(), "s1");
+  EXPECT_EQ(sim.node(0).st.coordinator, "s0") << "it does not know yet";
+  sim.HealAll();
+  sim.RunUntil(sim.now() + 5'000);
+  EXPECT_EQ(sim.node(0).st.coordinator, "s1");
+  EXPECT_EQ(sim.node(0).st.term, 2u);
+  EXPECT_EQ(sim.Coordinator(), "s1");
+  EXPECT_TRUE(sim.violations().empty()) << Join(sim.violations());
+}
+
+TEST(CoordinatorElectionSim, WithoutAMajorityNobodyTakesOverUntilTheCutHeals) {
+  Sim sim(3, 11, 0.0, 100);
+  sim.RunUntil(5'000);
+  sim.Kill(0);
+  sim.Cut(1, 2);
+  sim.RunUntil(60'000);
+  EXPECT_EQ(sim.won().size(), 1u) << "neither s1 nor s2 has a majority";
+  EXPECT_EQ(sim.Coordinator(), "");
+  sim.HealAll();
+  sim.RunUntil(sim.now() + kTakeoverAfter + 2 * kStagger + 4'000);
+  const std::string now = sim.Coordinator();
+  EXPECT_TRUE(now == "s1" || now == "s2") << now;
+  const size_t terms = sim.won().size();
+  sim.RunUntil(sim.now() + 60'000);
+  EXPECT_EQ(sim.Coordinator(), now) << "and it stays";
+  EXPECT_EQ(sim.won().size(), terms);
+  EXPECT_TRUE(sim.violations().empty()) << Join(sim.violations());
+}
+
+// Random faults under a lossy, reordering network; then the network heals
+// and every site comes back: the rules held throughout, and one member
+// coordinates again.
+TEST(CoordinatorElectionSim, RandomFaultsNeverBreakTheRules) {
+  int takeovers = 0;
+  for (uint64_t seed = 1; seed <= 150; ++seed) {
+    std::mt19937_64 faults(seed * 7919);
+    const int n = seed % 2 ? 5 : 3;
+    Sim sim(n, seed, 0.05 + 0.05 * static_cast<double>(seed % 5), 50 + 150 * (seed % 4));
+    auto pick = [&] { return static_cast<int>(faults() % n); };
+    for (int step = 0; step < 12; ++step) {
+      switch (faults() % 4) {
+        case 0: sim.Kill(pick()); break;
+        case 1: sim.Restart(pick()); break;
+        case 2: sim.Cut(pick(), pick()); break;
+        case 3: sim.HealAll(); break;
+      }
+      sim.RunUntil(sim.now() + 2'000 + static_cast<int64_t>(faults() % 8'000));
+    }
+    sim.HealAll();
+    sim.SetDrop(0.0);
+    for (int i = 0; i < n; ++i) {
+      if (!sim.node(i).alive) sim.Restart(i);
+    }
+    sim.RunUntil(sim.now() + kTakeoverAfter + n * kStagger + 10'000);
+    EXPECT_NE(sim.Coordinator(), "") << "seed " << seed;
+    EXPECT_TRUE(sim.violations().empty()) << "seed " << seed << "\n" << Join(sim.violations());
+    takeovers += static_cast<int>(sim.won().size()) - 1;
+  }
+  std::printf("[ measure ] 150 seeded schedules: %d takeovers, no rule broken\n", takeovers);
+  EXPECT_GT(takeovers, 30) << "the faults must exercise takeovers";
+}
+
+}  // namespace
+}  // namespace fedgate::federation
