@@ -268,6 +268,8 @@ absl::Status Gateway::MakeJobs() {
     stager_->SetInUse([p = participant_.get()] { return p->DatasetsInUse(); });
     participant_->SetStager(stager_.get());
     job_manager_->SetCoordinator(coordinator_.get());
+    job_manager_->SetCopyReader(
+        [p = participant_.get()](const std::string& id) { return p->JobFromCopy(id); });
     job_manager_->SetUsageGatherer(
         [core = core_.get(), client = participant_client_.get()](
             int64_t since, int64_t until, const std::string& tenant) {

@@ -200,6 +200,9 @@ class Coordinator {
   federation::FairShare share_ ABSL_GUARDED_BY(share_mu_);
   uint64_t last_epoch_ = 0;                                        // placement thread only
   std::map<std::string, std::map<std::string, int64_t>> last_ok_;  // renewal thread only
+  // The version of each job's record each site said it keeps (renewal
+  // thread): a renewal carries the record to a site whose copy is older.
+  std::map<std::string, std::map<std::string, uint64_t>> copy_acked_;
   // Checkpoint copies to ask for at the next renewal: job -> holder -> sites.
   std::map<std::string, std::map<std::string, std::vector<std::string>>> copy_asks_;  // renewal
   std::atomic<uint64_t> renew_passes_{0};

@@ -13,6 +13,7 @@
 #include "gateway/jobs/coordinator.h"
 #include "gateway/jobs/coordinator_key.h"
 #include "gateway/jobs/fan_out.h"
+#include "gateway/jobs/job_copy.h"
 #include "gateway/jobs/job_story.h"
 #include "gateway/jobs/participant_calls.h"
 
@@ -57,9 +58,14 @@ void Coordinator::RenewPass() {
   std::set<std::string> running;
   for (auto& w : work) {
     running.insert(w->job.id);
+    auto& acked = copy_acked_[w->job.id];
+    for (int i = 0; i < w->run.sites_size() && i < static_cast<int>(w->answers.size()); ++i) {
+      if (w->answers[i].ok()) acked[w->run.sites(i).site()] = w->answers[i]->copy_version();
+    }
     Judge(std::move(w->job), w->run, w->answers, now);
   }
   std::erase_if(last_ok_, [&](const auto& e) { return !running.contains(e.first); });
+  std::erase_if(copy_acked_, [&](const auto& e) { return !running.contains(e.first); });
   std::erase_if(copy_asks_, [&](const auto& e) { return !running.contains(e.first); });
   ++renew_passes_;
 }
@@ -95,6 +101,13 @@ void Coordinator::AskRenewal(RenewWork* w, const std::set<std::string>& down, Fa
     *req.mutable_key() =
         Key(w->job, i < w->run.sites_size() ? federation::SiteEpoch(w->run, i) : w->run.epoch());
     req.set_lease_ms(lease_ms_);
+    if (i < w->run.sites_size()) {
+      const auto& acked = copy_acked_[w->job.id];
+      const auto at = acked.find(site);
+      if (at == acked.end() || at->second < w->job.version) {
+        *req.mutable_copy() = CopyOf(w->job, core_->config().site, w->run);
+      }
+    }
     // A checkpoint the new world needs, asked of its fastest holder.
     if (auto asks = copy_asks_.find(w->job.id); asks != copy_asks_.end()) {
       if (auto to = asks->second.find(site); to != asks->second.end()) {

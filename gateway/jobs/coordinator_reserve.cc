@@ -12,6 +12,7 @@
 #include "federation/world_restart.h"
 #include "gateway/jobs/coordinator.h"
 #include "gateway/jobs/coordinator_key.h"
+#include "gateway/jobs/job_copy.h"
 #include "gateway/jobs/crash_point.h"
 #include "gateway/jobs/fan_out.h"
 #include "gateway/jobs/job_story.h"
@@ -294,6 +295,7 @@ v1::CommitRequest Coordinator::CommitFor(const JobRecord& job, const v1::RunPlan
   if (job.spec.has_checkpoint()) c.set_checkpoint_keep(std::max<uint32_t>(1, job.spec.checkpoint().keep()));
   for (const auto& s : run.sites()) c.add_world_sites(s.site());
   *c.mutable_datasets() = job.spec.datasets();
+  *c.mutable_copy() = CopyOf(job, core_->config().site, run);
   return c;
 }
 

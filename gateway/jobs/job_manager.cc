@@ -12,6 +12,7 @@
 #include "federation/names.h"
 #include "base/str_cat.h"
 #include "gateway/jobs/coordinator.h"
+#include "gateway/jobs/job_copy.h"
 #include "gateway/jobs/job_story.h"
 #include "gateway/peering/core.h"
 
@@ -31,17 +32,7 @@ JobManager::JobManager(GatewayCore* core, JobStore* store)
 JobManager::~JobManager() { events_->Stop(); }
 
 v1::Job JobManager::ToProto(const JobRecord& r, bool with_plan) {
-  v1::Job j;
-  j.set_id(r.id);
-  j.set_name(r.spec.name());
-  j.set_tenant(r.tenant);
-  j.set_state(federation::ToProto(r.state));
-  j.set_attempt(r.attempt);
-  j.set_reason(r.reason);
-  *j.mutable_spec() = r.spec;
-  j.set_created_at_unix_ms(r.created_at_unix_ms);
-  j.set_updated_at_unix_ms(r.updated_at_unix_ms);
-  if (!r.run.empty()) j.mutable_run()->ParseFromString(r.run);
+  v1::Job j = JobOf(r, core_->config().site);
   if (with_plan && r.state == JobState::kPending) {
     std::string note;
     auto plan = core_->PlanForJobs(r.spec, &note);
@@ -146,8 +137,21 @@ absl::StatusOr<JobRecord> JobManager::Load(const Identity& caller, const std::st
 absl::StatusOr<v1::GetJobResponse> JobManager::Get(const Identity& caller,
                                                    const v1::GetJobRequest& req) {
   auto r = Load(caller, req.id());
-  if (!r.ok()) return r.status();
   v1::GetJobResponse resp;
+  if (absl::IsNotFound(r.status()) && read_copy_) {
+    // A job coordinated elsewhere that runs here: this site's copy of its
+    // record, which names the coordinator (its own view is fresher).
+    auto copy = read_copy_(req.id());
+    if (copy.ok() && copy->has_value() &&
+        (caller.role != Role::kUser || (*copy)->tenant() == caller.tenant)) {
+      *resp.mutable_job() = std::move(**copy);
+      resp.mutable_job()->set_reason(StrCat("as ", core_->config().site, "'s copy of the job's record has it (",
+                                            resp.job().coordinator(), " coordinates): ",
+                                            resp.job().reason()));
+      return resp;
+    }
+  }
+  if (!r.ok()) return r.status();
   *resp.mutable_job() = ToProto(*r, true);
   return resp;
 }

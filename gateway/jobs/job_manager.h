@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -31,6 +32,10 @@ class JobManager {
   ~JobManager();
   // Set once the coordinator exists; cancel and logs go through it.
   void SetCoordinator(Coordinator* c) { coordinator_ = c; }
+  // The records this site keeps of jobs it runs slices of (the
+  // participant's): Get answers from them for a job coordinated elsewhere.
+  using CopyReader = std::function<absl::StatusOr<std::optional<v1::Job>>(const std::string&)>;
+  void SetCopyReader(CopyReader r) { read_copy_ = std::move(r); }
 
   absl::StatusOr<v1::SubmitJobResponse> Submit(const Identity& caller,
                                                const v1::SubmitJobRequest& req);
@@ -94,6 +99,7 @@ class JobManager {
   std::map<std::string, JobRecord> mem_ ABSL_GUARDED_BY(mem_mu_);
   UsageGatherer gather_usage_;
   federation::Pricing pricing_;
+  CopyReader read_copy_;
 };
 
 }  // namespace fedgate::gateway

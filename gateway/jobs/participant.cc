@@ -321,6 +321,7 @@ absl::StatusOr<v1::SliceStatusResponse> Participant::Status(const std::string& f
     std::lock_guard lock(mu_);
     if (auto st = StatusLocked(from, req, &resp, &checkpoints); !st.ok()) return st;
   }
+  if (req.has_copy()) resp.set_copy_version(KeepJobCopy(from, req.key(), req.copy()));
   if (!checkpoints) return resp;
   // The job's checkpoints here, read without the lock; a copy the
   // coordinator asks for runs in the background.
@@ -336,6 +337,7 @@ absl::StatusOr<v1::SliceStatusResponse> Participant::Status(const std::string& f
 absl::Status Participant::StatusLocked(const std::string& from, const v1::SliceStatusRequest& req,
                                        v1::SliceStatusResponse* resp, bool* checkpoints) {
   if (auto st = ledger_.CheckOwner(req.key().job_id(), from); !st.ok()) return st;
+  resp->set_copy_version(CopyVersionLocked(req.key().job_id()));
   auto it = slices_.find({req.key().job_id(), req.key().epoch()});
   const int64_t lease = federation::ClampMs(req.lease_ms(), kMinLeaseMs, kMaxLeaseMs);
   // A quota hold (this site is the tenant's home) lives on the same lease.

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -103,6 +104,9 @@ class Participant {
   absl::StatusOr<v1::AbortResponse> Abort(const std::string& from, const v1::AbortRequest& req);
   absl::StatusOr<v1::SliceStatusResponse> Status(const std::string& from,
                                                  const v1::SliceStatusRequest& req);
+  // participant_job_copy.cc: the record of a job this site runs a slice of,
+  // as its coordinator last sent it (nullopt = none kept here).
+  absl::StatusOr<std::optional<v1::Job>> JobFromCopy(const std::string& job_id) const;
 
   // recovery: replace and checkpoints.
   // The job's checkpoint folder here (FEDGATE_CHECKPOINT_DIR of its ranks).
@@ -226,6 +230,17 @@ class Participant {
                    bool open_usage = true);
   void AttachLaunched(const v1::ReservationKey& key, Slice launched);
 
+  // participant_job_copy.cc: keeps `copy` from `from` beside the hold of
+  // `key` when it is newer than the kept one; returns the version kept
+  // afterwards (0 = none). Writes the store: call without mu_.
+  uint64_t KeepJobCopy(const std::string& from, const v1::ReservationKey& key,
+                       const v1::JobCopy& copy);
+  uint64_t CopyVersionLocked(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Copies of jobs no slice of which holds GPUs here: forgotten in memory, and
+  // returned for the caller to delete from the store after the lock.
+  std::vector<std::string> OrphanCopiesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LoadCopyVersions();
+
   // participant_sweep.cc
   void SweepSliceLocked(Slice* s, int64_t now, SweepOutcome* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -295,6 +310,7 @@ class Participant {
   std::mutex stored_mu_;
   std::set<federation::QuotaLedger::Key> stored_quota_holds_ ABSL_GUARDED_BY(stored_mu_);
   std::map<SliceKey, Slice> slices_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, uint64_t> copy_versions_ ABSL_GUARDED_BY(mu_);  // job id -> kept version
   std::function<void()> on_change_;
   std::function<void(const std::string&, uint64_t, std::vector<std::string>)> on_checkpoint_ask_;
   std::function<void(const std::vector<federation::UsageRecord>&)> on_usage_;

@@ -135,6 +135,7 @@ absl::StatusOr<v1::CommitResponse> Participant::Commit(const std::string& from,
   }
   RecordSlice(*plan, launched, rec);
   AttachLaunched(key, std::move(launched));
+  if (req.has_copy()) (void)KeepJobCopy(from, key, req.copy());
   CrashPoint("participant-after-commit");
   return v1::CommitResponse();
 }

@@ -36,6 +36,7 @@ void Participant::RestoreCordons() {
 void Participant::CleanUpAfterRestart() {
   RestoreCordons();
   if (store_ == nullptr) return;
+  LoadCopyVersions();
   const auto t0 = std::chrono::steady_clock::now();
   auto stored = store_->LoadSlices();
   if (!stored.ok()) return;

@@ -29,6 +29,7 @@ struct Participant::SweepOutcome {
   std::vector<std::string> kill_cgroups;
   std::vector<SliceKey> released_rows;
   std::vector<Allocs> stale;
+  std::vector<std::string> forget_copies;  // job records kept for slices now gone
   int64_t now = 0;
   bool changed = false;
 };
@@ -53,6 +54,7 @@ void Participant::Sweep() {
     quota_.Prune(federation::SatSub(now, kFinishedSliceKeepMs));
     for (auto& [key, s] : slices_) SweepSliceLocked(&s, now, &out);
     PruneFinishedLocked(now);
+    out.forget_copies = OrphanCopiesLocked();
     ledger_.CheckInvariants();
     out.stale = StaleAllocsLocked();
   }
@@ -154,6 +156,9 @@ void Participant::FinishSweep(SweepOutcome out) {
     if (closed.ok() && on_usage_) on_usage_(*closed);
   }
   DeleteQuotaRows(out.released_rows);
+  for (const auto& job : out.forget_copies) {
+    if (store_ != nullptr) (void)store_->DeleteJobCopy(job);
+  }
   for (const auto& a : out.stale) backend_->Release(a);
   if (out.changed && on_change_) on_change_();
 }

@@ -31,6 +31,11 @@ struct StoredSlice {
   std::string detail;  // serialized v1::SliceRecord ("" in rows from before)
 };
 
+struct StoredJobCopy {
+  uint64_t version = 0;
+  std::string job;  // a serialized v1::Job
+};
+
 class Store {
  public:
   // Creates data_dir if needed, opens (or creates) fedgate.db and migrates it.
@@ -60,6 +65,14 @@ class Store {
   // Records overlapping [since, until), of one tenant or of all ("").
   absl::StatusOr<std::vector<federation::UsageRecord>> ListUsage(int64_t since_ms, int64_t until_ms,
                                                                  const std::string& tenant);
+
+  // Copies of the records of jobs this site runs slices of (v1::JobCopy).
+  // A put of an older version than the stored one changes nothing.
+  absl::Status PutJobCopy(const std::string& job_id, uint64_t version, const std::string& job);
+  absl::StatusOr<std::optional<StoredJobCopy>> GetJobCopy(const std::string& job_id);
+  absl::Status DeleteJobCopy(const std::string& job_id);
+  // (job id, version) of every kept copy.
+  absl::StatusOr<std::vector<std::pair<std::string, uint64_t>>> ListJobCopies();
 
   absl::StatusOr<std::optional<std::string>> GetKv(const std::string& key);
   absl::Status PutKv(const std::string& key, const std::string& value);

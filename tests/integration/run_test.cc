@@ -175,6 +175,45 @@ TEST_F(RunTest, AFrozenCoordinatorsSlicesStopAtTheLeaseAndFreeTheirGpus) {
   Alice("site-a", {"jobs", "cancel", id});
 }
 
+// The job travels with its slices: a site that runs a slice keeps the job's
+// record (spec, tenant, run plan, coordinator, term) and answers `jobs get`
+// for it, naming the coordinator; a site that runs none of it and another
+// tenant get nothing; the copy goes once the job's ranks there ended.
+TEST_F(RunTest, ASiteOfAJobKeepsItsRecordAndAnswersForIt) {
+  AddSite("site-a", {"site-b", "site-c"}, 1);
+  AddSite("site-b", {"site-a", "site-c"}, 4);
+  AddSite("site-c", {"site-a", "site-b"}, 4);
+  fed_.StartAll();
+  ASSERT_TRUE(Eventually([&] { return fed_.Converged({"site-a", "site-b", "site-c"}); }, 15000));
+  const std::string id =
+      Submit("site-a", "name: kept\ngpus: 4\nallowed_sites: [site-b]\ncommand: [sleep, '60']\n");
+  ASSERT_TRUE(WaitState("site-a", id, v1::Job::RUNNING, 20000)) << Get("site-a", id).reason();
+  const v1::Job at_a = Get("site-a", id);
+  EXPECT_EQ(at_a.coordinator(), "site-a");
+  EXPECT_EQ(at_a.term(), 1u);
+  const v1::Job at_b = Get("site-b", id);
+  ASSERT_EQ(at_b.id(), id) << fed_.log("site-b");
+  EXPECT_EQ(at_b.coordinator(), "site-a");
+  EXPECT_EQ(at_b.term(), 1u);
+  EXPECT_EQ(at_b.tenant(), "vision");
+  EXPECT_EQ(at_b.spec().name(), "kept");
+  EXPECT_EQ(at_b.state(), v1::Job::RUNNING);
+  EXPECT_EQ(at_b.run().epoch(), at_a.run().epoch());
+  ASSERT_EQ(at_b.run().sites_size(), 1);
+  EXPECT_EQ(at_b.run().sites(0).site(), "site-b");
+  EXPECT_NE(at_b.reason().find("site-b's copy"), std::string::npos) << at_b.reason();
+  const auto at_c = Alice("site-c", {"jobs", "get", id});
+  EXPECT_NE(at_c.exit_code, 0) << "site-c runs none of it: " << at_c.out;
+  WriteTlsDir(tmp_ / "bob", ca_.User("speech", "bob"));
+  const auto bob = RunCommand({FedctlBin(), "-o", "json", "--gateway", fed_.endpoint("site-b"),
+                               "--tls-dir", tmp_ / "bob", "jobs", "get", id});
+  EXPECT_NE(bob.exit_code, 0) << "another tenant's job: " << bob.out;
+  EXPECT_EQ(bob.out.find("kept"), std::string::npos);
+  EXPECT_EQ(Alice("site-a", {"jobs", "cancel", id}).exit_code, 0);
+  EXPECT_TRUE(Eventually([&] { return Alice("site-b", {"jobs", "get", id}).exit_code != 0; }, 20000))
+      << "the copy goes with the slice";
+}
+
 TEST_F(RunTest, APyTorchGlooProgramFormsOneWorldAcrossSites) {
   // Debian's python3-torch, init_process_group("gloo", init_method="env://"),
   // nothing set but what fedgate gives every rank.

@@ -516,3 +516,74 @@ TEST_F(ParticipantTest, AParkedReplacementOutlivesAGatewayRestartAndStartsItsWor
 
 }  // namespace
 }  // namespace fedgate::gateway
+
+namespace fedgate::gateway {
+namespace {
+
+v1::JobCopy CopyNaming(uint64_t version, const std::string& coordinator, const std::string& tenant,
+                       uint32_t attempt, const std::string& job = kJob) {
+  v1::Job j;
+  j.set_id(job);
+  j.set_tenant(tenant);
+  j.set_coordinator(coordinator);
+  j.set_term(1);
+  j.set_attempt(attempt);
+  v1::JobCopy c;
+  c.set_job(j.SerializeAsString());
+  c.set_version(version);
+  return c;
+}
+
+// The job's record travels with its slice: kept at commit, replaced only by
+// a newer version, refused when it names another job, coordinator or
+// tenant, reported in every status, kept across a restart, and forgotten
+// once the slice's ranks ended.
+TEST_F(ParticipantTest, TheJobsRecordIsKeptBesideItsSliceAndGoesWithIt) {
+  Hold(2);
+  auto c = Run(2);
+  *c.mutable_copy() = CopyNaming(3, "bj", "vision", 1);
+  ASSERT_TRUE(p_->Commit("bj", c).ok());
+  auto kept = p_->JobFromCopy(kJob);
+  ASSERT_TRUE(kept.ok() && kept->has_value()) << kept.status();
+  EXPECT_EQ((*kept)->coordinator(), "bj");
+  EXPECT_EQ(StatusOf().copy_version(), 3u);
+  auto renew = [&](const v1::JobCopy& cp) -> uint64_t {
+    v1::SliceStatusRequest q;
+    *q.mutable_key() = Key();
+    q.set_lease_ms(600'000);
+    *q.mutable_copy() = cp;
+    auto st = p_->Status("bj", q);
+    EXPECT_TRUE(st.ok()) << st.status();
+    return st.ok() ? st->copy_version() : 0;
+  };
+  auto attempt = [&] { return (*p_->JobFromCopy(kJob))->attempt(); };
+  EXPECT_EQ(renew(CopyNaming(5, "bj", "vision", 2)), 5u);
+  EXPECT_EQ(attempt(), 2u);
+  EXPECT_EQ(renew(CopyNaming(4, "bj", "vision", 9)), 5u) << "an older copy changes nothing";
+  EXPECT_EQ(renew(CopyNaming(6, "sh", "vision", 9)), 5u) << "another coordinator named";
+  EXPECT_EQ(renew(CopyNaming(6, "bj", "speech", 9)), 5u) << "another tenant";
+  EXPECT_EQ(renew(CopyNaming(6, "bj", "vision", 9, "j-00000000000000ff")), 5u) << "another job";
+  v1::JobCopy garbage;
+  garbage.set_job("\xff\xff not a job");
+  garbage.set_version(8);
+  EXPECT_EQ(renew(garbage), 5u);
+  EXPECT_EQ(attempt(), 2u);
+  // A restarted gateway that re-attaches to the slice keeps the copy.
+  p_ = Make();
+  runner_->SetSupervised(true);
+  p_->Start();
+  EXPECT_EQ(StatusOf().copy_version(), 5u) << "kept across a restart";
+  EXPECT_EQ(attempt(), 2u);
+  runner_->Exit(1000, 0);
+  runner_->Exit(1001, 0);
+  p_->Sweep();
+  EXPECT_EQ(StatusOf().state(), v1::SliceStatusResponse::SUCCEEDED);
+  auto gone = p_->JobFromCopy(kJob);
+  ASSERT_TRUE(gone.ok());
+  EXPECT_FALSE(gone->has_value()) << "no slice holds GPUs for it any more";
+  EXPECT_TRUE(store_->ListJobCopies()->empty());
+  EXPECT_EQ(StatusOf().copy_version(), 0u);
+}
+
+}  // namespace
+}  // namespace fedgate::gateway

@@ -15,7 +15,7 @@ TEST(Store, PeersAndKvSurviveReopen) {
   {
     auto store = Store::Open(dir / "data");
     ASSERT_TRUE(store.ok()) << store.status();
-    EXPECT_EQ((*store)->schema_version(), 11);
+    EXPECT_EQ((*store)->schema_version(), 12);
     ASSERT_TRUE((*store)->UpsertPeer({"cn-shanghai", "h:1", 5}).ok());
     ASSERT_TRUE((*store)->UpsertPeer({"cn-shanghai", "h:2", 6}).ok());
     ASSERT_TRUE((*store)->UpsertPeer({"cn-shenzhen", "h:3", 7}).ok());
@@ -32,6 +32,31 @@ TEST(Store, PeersAndKvSurviveReopen) {
   EXPECT_EQ((*peers)[0].added_at_unix_ms, 5) << "an update keeps the first approval time";
   EXPECT_EQ(**(*store)->GetKv("ad_seq"), "41");
   EXPECT_FALSE((*store)->GetKv("missing")->has_value());
+}
+
+TEST(Store, AJobCopyIsReplacedOnlyByANewerVersionAndSurvivesReopen) {
+  TempDir dir;
+  {
+    auto store = Store::Open(dir / "data");
+    ASSERT_TRUE(store.ok()) << store.status();
+    const std::string binary("v3\0bytes", 8);
+    ASSERT_TRUE((*store)->PutJobCopy("j-1", 3, binary).ok());
+    ASSERT_TRUE((*store)->PutJobCopy("j-1", 2, "v2").ok());
+    ASSERT_TRUE((*store)->PutJobCopy("j-2", 1, "other").ok());
+    auto got = (*store)->GetJobCopy("j-1");
+    ASSERT_TRUE(got.ok() && got->has_value());
+    EXPECT_EQ((*got)->version, 3u) << "an older version changes nothing";
+    EXPECT_EQ((*got)->job, binary) << "binary bytes kept whole";
+  }
+  auto store = Store::Open(dir / "data");
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE((*store)->PutJobCopy("j-1", 4, "v4").ok());
+  EXPECT_EQ((*(*store)->GetJobCopy("j-1"))->job, "v4");
+  ASSERT_TRUE((*store)->DeleteJobCopy("j-2").ok());
+  EXPECT_FALSE((*store)->GetJobCopy("j-2")->has_value());
+  auto all = (*store)->ListJobCopies();
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(*all, (std::vector<std::pair<std::string, uint64_t>>{{"j-1", 4}}));
 }
 
 TEST(Store, KvRowsAreListedByPrefixAndDeleted) {
