@@ -7,7 +7,7 @@
 // record and its coordinator; there is no log. Pure functions over a
 // member's state: the gateway sends the messages, signs and verifies the
 // grants, persists TermState and reads the clock. The rules and the
-// invariants they keep are in DESIGN.md ("Coordinator takeover").
+// invariants they keep are in docs/coordinator_takeover.md.
 #pragma once
 
 #include <cstdint>

@@ -119,6 +119,15 @@ absl::Status ReservationLedger::CheckOwner(const std::string& job_id,
                                             coordinator));
 }
 
+void ReservationLedger::Reassign(const std::string& job_id, const std::string& coordinator) {
+  auto it = jobs_.find(job_id);
+  if (it != jobs_.end()) it->second.owner.coordinator = coordinator;
+  for (auto h = holds_.lower_bound({job_id, 0}); h != holds_.end() && h->first.first == job_id;
+       ++h) {
+    h->second.coordinator = coordinator;
+  }
+}
+
 absl::Status ReservationLedger::CheckEpoch(const std::string& job_id, uint64_t epoch) const {
   auto it = jobs_.find(job_id);
   if (it != jobs_.end() && epoch < it->second.newest_epoch) {

@@ -75,6 +75,9 @@ class ReservationLedger {
   // PERMISSION_DENIED unless `coordinator` owns the job here (or nobody does
   // yet). Every entry point below checks it first.
   absl::Status CheckOwner(const std::string& job_id, const std::string& coordinator) const;
+  // The job's coordinator changed by a takeover (a majority's grants, checked
+  // by the caller): its holds and the calls to come belong to `coordinator`.
+  void Reassign(const std::string& job_id, const std::string& coordinator);
 
   // Holds GPUs for the job until now + ttl. The same message again returns
   // the same hold; a newer epoch replaces an older prepared hold and moves an

@@ -86,6 +86,8 @@ FEDGATE_PARTICIPANT_RPC(Abort, Abort, AbortRequest, AbortResponse)
 FEDGATE_PARTICIPANT_RPC(SliceStatus, Status, SliceStatusRequest, SliceStatusResponse)
 FEDGATE_PARTICIPANT_RPC(ReadLog, ReadLog, ReadLogRequest, ReadLogResponse)
 FEDGATE_PARTICIPANT_RPC(ListUsage, ListUsage, ListUsageRequest, ListUsageResponse)
+// A takeover's vote: the candidate is the caller, as its certificate says.
+FEDGATE_PARTICIPANT_RPC(RequestVote, Vote, VoteRequest, VoteResponse)
 #undef FEDGATE_PARTICIPANT_RPC
 
 namespace {

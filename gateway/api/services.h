@@ -62,6 +62,9 @@ class PeerServiceImpl final : public v1::PeerService::CallbackService {
                                                v1::DatasetManifest* resp) override;
   grpc::ServerWriteReactor<v1::DatasetChunk>* FetchDataset(
       grpc::CallbackServerContext* ctx, const v1::FetchDatasetRequest* req) override;
+  grpc::ServerUnaryReactor* RequestVote(grpc::CallbackServerContext* ctx,
+                                        const v1::VoteRequest* req,
+                                        v1::VoteResponse* resp) override;
   grpc::ServerUnaryReactor* Stage(grpc::CallbackServerContext* ctx, const v1::StageRequest* req,
                                   v1::StageResponse* resp) override;
   // Where checkpoints are received (before the server starts).

@@ -159,6 +159,7 @@ absl::Status Gateway::StartParticipantSide() {
   datasets_->SetCacheDir(config_.datasets_cache.path);
   core_->SetDatasetsFn([d = datasets_.get()] { return d->Ads(); });
   participant_->SetDatasets(datasets_.get());
+  participant_->SetGrantAuthority(ad_authority_.get());
   core_->SetFreeGpusFn([p = participant_.get()] { return p->FreeGpus(); });
   core_->SetAdExtrasFn([p = participant_.get()] { return p->NodeExtras(); },
                        [p = participant_.get()] { return p->Quotas(); });
@@ -181,6 +182,16 @@ absl::Status Gateway::StartParticipantSide() {
         for (const auto& c : changes) why[{c.node, c.gpu}] = c.reason;
         p->SetUnhealthy(failed, why);
       });
+  metrics_->Describe("fedgate_job_term_refused_total", "counter",
+                     "Coordinator calls and job records this site refused by the job's kept "
+                     "record: stale (an older term), hostile (a term or caller not granted), "
+                     "bad_copy (a record of another job, tenant, coordinator or term), bad_grant (a "
+                     "takeover's grant whose signature or certificate does not verify).");
+  metrics_->OnScrape([p = participant_.get()](Metrics& m) {
+    for (const auto& [reason, n] : p->TermRefusals()) {
+      m.Set("fedgate_job_term_refused_total", {{"reason", reason}}, static_cast<double>(n));
+    }
+  });
   metrics_->Describe("fedgate_tls_cert_expiry_seconds", "gauge",
                      "When this gateway's certificate (tls.cert) expires, as Unix seconds.");
   metrics_->OnScrape([cert = config_.tls.cert](Metrics& m) {

@@ -265,10 +265,12 @@ int VcGet(const Globals& g, const Opts& o) {
   }
   std::string table =
       rows.empty() ? std::string("no virtual cluster yet (the job has not started)\n")
-                   : absl::StrFormat("world %u, master %s:%u, epoch %u, restart %u%s\n",
+                   : absl::StrFormat("world %u, master %s:%u, epoch %u, restart %u%s; "
+                                     "coordinated by %s at term %u\n",
                                      j.run().world_size(), j.run().master_addr(),
                                      j.run().master_port(), j.run().epoch(), j.run().restart(),
-                                     j.run().has_replacing() ? " (restarting)" : "") +
+                                     j.run().has_replacing() ? " (restarting)" : "",
+                                     j.coordinator(), j.term()) +
                          RenderTable({"RANK", "SITE", "NODE", "GPU", "LOCAL RANK", "GROUP"}, rows);
   Print(j.run(), g.format(), table);
   return 0;

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "fedgate/v1/federation.pb.h"
+#include "gateway/jobs/job_copy.h"
 #include "gateway/store/job_store.h"
 
 namespace fedgate::gateway {
@@ -13,6 +14,7 @@ inline v1::ReservationKey Key(const JobRecord& job, uint64_t epoch) {
   k.set_job_id(job.id);
   k.set_attempt(job.attempt);
   k.set_epoch(epoch);
+  k.set_term(kFirstTerm);  // no takeover yet: every job is at its first term
   return k;
 }
 

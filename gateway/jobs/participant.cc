@@ -293,6 +293,7 @@ absl::StatusOr<v1::AbortResponse> Participant::Abort(const std::string& from,
   bool gpus_moved = false;  // only then is the ad out of date
   {
     std::lock_guard lock(mu_);
+    if (auto st = CheckTermLocked(key, from); !st.ok()) return st;
     const size_t quota_holds = quota_.holds().size();
     if (auto st = quota_.Abort(key.job_id(), key.epoch(), from); !st.ok()) return st;
     quota_dirty_ = quota_dirty_ || quota_.holds().size() != quota_holds;
@@ -317,10 +318,15 @@ absl::StatusOr<v1::SliceStatusResponse> Participant::Status(const std::string& f
   if (auto st = CheckJobId(req.key().job_id()); !st.ok()) return st;
   v1::SliceStatusResponse resp;
   bool checkpoints = false;
+  const auto grants = VerifyGrants(req.grants());  // signatures: not under the lock
+  std::optional<StoredJobTerm> new_term;
   {
     std::lock_guard lock(mu_);
+    if (auto st = CheckTermLocked(req.key(), from, grants, &new_term); !st.ok()) return st;
     if (auto st = StatusLocked(from, req, &resp, &checkpoints); !st.ok()) return st;
   }
+  // A term accepted is stored before the new coordinator hears so.
+  if (auto st = PersistTerm(req.key().job_id(), new_term); !st.ok()) return st;
   if (req.has_copy()) resp.set_copy_version(KeepJobCopy(from, req.key(), req.copy()));
   if (!checkpoints) return resp;
   // The job's checkpoints here, read without the lock; a copy the
@@ -380,6 +386,7 @@ absl::StatusOr<v1::AbortResponse> Participant::Halt(const std::string& from,
   const auto& key = req.key();
   std::lock_guard lock(mu_);
   if (auto st = ledger_.CheckOwner(key.job_id(), from); !st.ok()) return st;
+  if (auto st = CheckTermLocked(key, from); !st.ok()) return st;
   auto it = slices_.find({key.job_id(), key.epoch()});
   if (it == slices_.end() || it->second.released || it->second.key.attempt() != key.attempt()) {
     return absl::NotFoundError(

@@ -18,6 +18,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "federation/capacity_view.h"
+#include "federation/coordinator_term.h"
 #include "federation/quota.h"
 #include "federation/reservation.h"
 #include "federation/usage.h"
@@ -40,6 +41,8 @@ class Clock;
 }
 
 namespace fedgate::gateway {
+
+class AdAuthority;
 
 class Participant {
  public:
@@ -107,6 +110,25 @@ class Participant {
   // participant_job_copy.cc: the record of a job this site runs a slice of,
   // as its coordinator last sent it (nullopt = none kept here).
   absl::StatusOr<std::optional<v1::Job>> JobFromCopy(const std::string& job_id) const;
+  // A kept record: its version, the job's term and coordinator as this site
+  // accepted them, and the job's members.
+  struct KeptCopy {
+    uint64_t version = 0;
+    federation::TermState term;
+    std::vector<std::string> members;
+  };
+  // Calls and copies refused for their term or content, by reason: "stale"
+  // (an older term), "hostile" (a term or caller the record does not
+  // grant), "bad_copy" (a record of another job, tenant or coordinator).
+  std::map<std::string, uint64_t> TermRefusals();
+  // Signs this site's grants and checks those a new coordinator presents
+  // (before Start); without it no vote is granted and no new term accepted.
+  void SetGrantAuthority(AdAuthority* authority) { grant_authority_ = authority; }
+  // participant_vote.cc: a member of a job asks to coordinate it at a higher
+  // term (`from` is the candidate). Answered by federation::AnswerVote on the
+  // kept record; a granted real vote is stored before it is answered, and
+  // signed. NOT_FOUND when no record of the job is kept here.
+  absl::StatusOr<v1::VoteResponse> Vote(const std::string& from, const v1::VoteRequest& req);
 
   // recovery: replace and checkpoints.
   // The job's checkpoint folder here (FEDGATE_CHECKPOINT_DIR of its ranks).
@@ -236,10 +258,26 @@ class Participant {
   uint64_t KeepJobCopy(const std::string& from, const v1::ReservationKey& key,
                        const v1::JobCopy& copy);
   uint64_t CopyVersionLocked(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fencing: with a record of the job kept here, a call is served only at
+  // the record's term and from its coordinator (FAILED_PRECONDITION for an
+  // older term, PERMISSION_DENIED for a term or caller it does not grant).
+  // `grants` (verified) let a call move the record to a higher term: the
+  // job's holds then belong to `from`, and `*persist` is what to store
+  // before answering.
+  absl::Status CheckTermLocked(const v1::ReservationKey& key, const std::string& from,
+                               const std::vector<federation::Grant>& grants = {},
+                               std::optional<StoredJobTerm>* persist = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The grants that verify (signature, certificate, granter), without locks;
+  // those that do not are counted as "bad_grant".
+  std::vector<federation::Grant> VerifyGrants(
+      const google::protobuf::RepeatedPtrField<v1::SignedGrant>& signed_grants);
+  // Stores a changed term state of a kept job (before the answer goes out).
+  absl::Status PersistTerm(const std::string& job_id, const std::optional<StoredJobTerm>& t);
   // Copies of jobs no slice of which holds GPUs here: forgotten in memory, and
   // returned for the caller to delete from the store after the lock.
   std::vector<std::string> OrphanCopiesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void LoadCopyVersions();
+  void LoadCopies();
 
   // participant_sweep.cc
   void SweepSliceLocked(Slice* s, int64_t now, SweepOutcome* out)
@@ -310,7 +348,9 @@ class Participant {
   std::mutex stored_mu_;
   std::set<federation::QuotaLedger::Key> stored_quota_holds_ ABSL_GUARDED_BY(stored_mu_);
   std::map<SliceKey, Slice> slices_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, uint64_t> copy_versions_ ABSL_GUARDED_BY(mu_);  // job id -> kept version
+  std::map<std::string, KeptCopy> copies_ ABSL_GUARDED_BY(mu_);  // by job id
+  std::map<std::string, uint64_t> term_refused_ ABSL_GUARDED_BY(mu_);  // by reason
+  AdAuthority* grant_authority_ = nullptr;
   std::function<void()> on_change_;
   std::function<void(const std::string&, uint64_t, std::vector<std::string>)> on_checkpoint_ask_;
   std::function<void(const std::vector<federation::UsageRecord>&)> on_usage_;

@@ -84,6 +84,7 @@ absl::StatusOr<v1::CommitResponse> Participant::Commit(const std::string& from,
   {
     std::lock_guard lock(mu_);
     if (auto st = ledger_.CheckOwner(key.job_id(), from); !st.ok()) return st;
+    if (auto st = CheckTermLocked(key, from); !st.ok()) return st;
     if (quota_.Find(key.job_id(), key.epoch()) != nullptr) {
       // The tenant's home site: from now on the quota hold lives on its lease.
       auto q = quota_.Commit(key.job_id(), key.attempt(), key.epoch(), from, clock_->NowMs(),

@@ -2,17 +2,102 @@
 // the holds: stored when a commit or a renewal brings a newer version than
 // the kept one, answered from by this gateway's `jobs get` for a job it does
 // not coordinate, and forgotten once no slice of the job holds GPUs here.
+// A kept record fences its job: calls of another term or coordinator than
+// the record's are refused (federation::AcceptCoordinatorCall).
 #include <spdlog/spdlog.h>
 
 #include "base/str_cat.h"
+#include "gateway/security/ad_signing.h"
 #include "gateway/jobs/job_copy.h"
 #include "gateway/jobs/participant.h"
 
 namespace fedgate::gateway {
+namespace {
+
+Participant::KeptCopy KeptOf(const v1::Job& job, uint64_t version) {
+  Participant::KeptCopy k;
+  k.version = version;
+  k.term.term = job.term();
+  k.term.coordinator = job.coordinator();
+  std::vector<std::string> sites;
+  for (const auto& s : job.run().sites()) sites.push_back(s.site());
+  k.members = federation::JobMembers(job.coordinator(), sites, {});
+  return k;
+}
+
+}  // namespace
 
 uint64_t Participant::CopyVersionLocked(const std::string& job_id) const {
-  const auto it = copy_versions_.find(job_id);
-  return it == copy_versions_.end() ? 0 : it->second;
+  const auto it = copies_.find(job_id);
+  return it == copies_.end() ? 0 : it->second.version;
+}
+
+absl::Status Participant::CheckTermLocked(const v1::ReservationKey& key, const std::string& from,
+                                         const std::vector<federation::Grant>& grants,
+                                         std::optional<StoredJobTerm>* persist) {
+  auto it = copies_.find(key.job_id());
+  if (it == copies_.end()) return absl::OkStatus();  // nothing kept: ownership alone decides
+  // Gateways from before terms send none: theirs is the first.
+  const uint64_t term = std::max<uint64_t>(key.term(), kFirstTerm);
+  federation::TermState& t = it->second.term;
+  const uint64_t was_term = t.term;
+  const std::string was_coordinator = t.coordinator;
+  const auto c = federation::AcceptCoordinatorCall(&t, it->second.members, key.job_id(), term,
+                                                   from, grants, clock_->NowMs());
+  if (!c.ok) {
+    ++term_refused_[c.hostile ? "hostile" : "stale"];
+    spdlog::warn("job {}: refused a call of {}: {}", key.job_id(), from, c.reason);
+    if (c.hostile) return absl::PermissionDeniedError(c.reason);
+    return absl::FailedPreconditionError(c.reason);
+  }
+  if (t.term != was_term || t.coordinator != was_coordinator) {
+    // A majority granted `from` this term: the job's holds are its from now on.
+    spdlog::warn("job {}: {} coordinates it from term {} on (was {} at term {})", key.job_id(),
+                 from, t.term, was_coordinator.empty() ? "undecided" : was_coordinator, was_term);
+    ledger_.Reassign(key.job_id(), from);
+    if (persist != nullptr) *persist = StoredJobTerm{t.term, t.coordinator, t.voted_for};
+  }
+  return absl::OkStatus();
+}
+
+std::vector<federation::Grant> Participant::VerifyGrants(
+    const google::protobuf::RepeatedPtrField<v1::SignedGrant>& signed_grants) {
+  std::vector<federation::Grant> out;
+  if (signed_grants.empty()) return out;
+  size_t bad = 0;
+  for (const auto& sg : signed_grants) {
+    AdRefusal why;
+    auto g = grant_authority_ == nullptr
+                 ? absl::StatusOr<v1::Grant>(absl::FailedPreconditionError("no grant authority"))
+                 : grant_authority_->VerifyGrant(sg, &why);
+    if (!g.ok()) {
+      ++bad;
+      spdlog::warn("refused a grant: {}", std::string(g.status().message()));
+      continue;
+    }
+    out.push_back({g->job_id(), g->term(), g->candidate(), g->granter()});
+  }
+  if (bad > 0) {
+    std::lock_guard lock(mu_);
+    term_refused_["bad_grant"] += bad;
+  }
+  return out;
+}
+
+absl::Status Participant::PersistTerm(const std::string& job_id,
+                                      const std::optional<StoredJobTerm>& t) {
+  if (!t.has_value() || store_ == nullptr) return absl::OkStatus();
+  auto st = store_->PutJobTerm(job_id, *t);
+  if (!st.ok()) {
+    spdlog::error("job {}: cannot store term {} ({}): {}", job_id, t->term, t->coordinator,
+                  std::string(st.message()));
+  }
+  return st;
+}
+
+std::map<std::string, uint64_t> Participant::TermRefusals() {
+  std::lock_guard lock(mu_);
+  return term_refused_;
 }
 
 uint64_t Participant::KeepJobCopy(const std::string& from, const v1::ReservationKey& key,
@@ -32,20 +117,33 @@ uint64_t Participant::KeepJobCopy(const std::string& from, const v1::Reservation
     spdlog::warn("job {}: refused the copy of its record sent by {}: {}", key.job_id(), from,
                  std::string(job.status().message()));
     std::lock_guard lock(mu_);
+    ++term_refused_["bad_copy"];
     return CopyVersionLocked(key.job_id());
   }
-  if (store_ != nullptr) {
-    if (auto st = store_->PutJobCopy(key.job_id(), copy.version(), copy.job()); !st.ok()) {
-      spdlog::error("job {}: cannot keep the copy of its record: {}", key.job_id(),
-                    std::string(st.message()));
-      std::lock_guard lock(mu_);
-      return CopyVersionLocked(key.job_id());
-    }
-  }
+  const absl::Status put = store_ == nullptr
+                               ? absl::OkStatus()
+                               : store_->PutJobCopy(key.job_id(), copy.version(), copy.job());
   std::lock_guard lock(mu_);
-  uint64_t& kept = copy_versions_[key.job_id()];
-  kept = std::max(kept, copy.version());
-  return kept;
+  if (!put.ok()) {
+    spdlog::error("job {}: cannot keep the copy of its record: {}", key.job_id(),
+                  std::string(put.message()));
+    return CopyVersionLocked(key.job_id());
+  }
+  KeptCopy& kept = copies_[key.job_id()];
+  if (kept.version > 0 && job->term() != kept.term.term) {
+    // A term changes by a takeover's grants, never by a copy.
+    ++term_refused_["bad_copy"];
+    spdlog::warn("job {}: refused the copy of its record sent by {}: term {}, accepted term {}",
+                 key.job_id(), from, job->term(), kept.term.term);
+    return kept.version;
+  }
+  if (copy.version() > kept.version) {
+    const federation::TermState was = kept.term;
+    kept = KeptOf(*job, copy.version());
+    if (was.term == kept.term.term) kept.term.voted_for = was.voted_for;
+    kept.term.heard_ms = std::max(was.heard_ms, clock_->NowMs());
+  }
+  return kept.version;
 }
 
 absl::StatusOr<std::optional<v1::Job>> Participant::JobFromCopy(const std::string& job_id) const {
@@ -62,7 +160,7 @@ absl::StatusOr<std::optional<v1::Job>> Participant::JobFromCopy(const std::strin
 
 std::vector<std::string> Participant::OrphanCopiesLocked() {
   std::vector<std::string> out;
-  for (auto it = copy_versions_.begin(); it != copy_versions_.end();) {
+  for (auto it = copies_.begin(); it != copies_.end();) {
     // Kept while a slice of the job holds GPUs here (running, parked, stopping).
     bool held = false;
     for (auto s = slices_.lower_bound({it->first, 0}); s != slices_.end() && s->first.first == it->first;
@@ -74,21 +172,41 @@ std::vector<std::string> Participant::OrphanCopiesLocked() {
       continue;
     }
     out.push_back(it->first);
-    it = copy_versions_.erase(it);
+    it = copies_.erase(it);
   }
   return out;
 }
 
-void Participant::LoadCopyVersions() {
+void Participant::LoadCopies() {
   if (store_ == nullptr) return;
   auto rows = store_->ListJobCopies();
   if (!rows.ok()) {
     spdlog::error("cannot read the kept job records: {}", std::string(rows.status().message()));
     return;
   }
+  auto terms = store_->ListJobTerms();
+  if (!terms.ok()) {
+    spdlog::error("cannot read the kept job terms: {}", std::string(terms.status().message()));
+    return;  // without its votes a record must not answer for its job
+  }
+  std::map<std::string, KeptCopy> loaded;
+  for (const auto& [id, version] : *rows) {
+    auto job = JobFromCopy(id);
+    if (!job.ok() || !job->has_value()) continue;
+    KeptCopy k = KeptOf(**job, version);
+    // A vote or a takeover accepted since the record was written.
+    if (auto t = terms->find(id); t != terms->end() && t->second.term >= k.term.term) {
+      k.term.term = t->second.term;
+      k.term.coordinator = t->second.coordinator;
+      k.term.voted_for = t->second.voted_for;
+    }
+    // A restart alone votes nobody out: the coordinator counts as heard now.
+    k.term.heard_ms = clock_->NowMs();
+    loaded[id] = std::move(k);
+  }
   // Those of jobs without a slice here any more go with the next sweep.
   std::lock_guard lock(mu_);
-  for (const auto& [job, version] : *rows) copy_versions_[job] = version;
+  copies_.merge(loaded);
 }
 
 }  // namespace fedgate::gateway

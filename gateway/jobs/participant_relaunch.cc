@@ -26,6 +26,7 @@ absl::StatusOr<v1::CommitResponse> Participant::Relaunch(const std::string& from
   {
     std::lock_guard lock(mu_);
     if (auto st = ledger_.CheckOwner(key.job_id(), from); !st.ok()) return st;
+    if (auto st = CheckTermLocked(key, from); !st.ok()) return st;
     auto it = slices_.find({key.job_id(), key.epoch()});
     if (it == slices_.end() || it->second.released || it->second.key.attempt() != key.attempt()) {
       return absl::NotFoundError(

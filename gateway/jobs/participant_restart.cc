@@ -36,7 +36,7 @@ void Participant::RestoreCordons() {
 void Participant::CleanUpAfterRestart() {
   RestoreCordons();
   if (store_ == nullptr) return;
-  LoadCopyVersions();
+  LoadCopies();
   const auto t0 = std::chrono::steady_clock::now();
   auto stored = store_->LoadSlices();
   if (!stored.ok()) return;
@@ -61,6 +61,11 @@ void Participant::CleanUpAfterRestart() {
       stopped.emplace_back(row.job_id, row.epoch);
     }
     QueueLeftoverCgroupsLocked();
+    // Holds re-attached under their recorded coordinator follow a takeover
+    // this site accepted since.
+    for (const auto& [job, kept] : copies_) {
+      if (!kept.term.coordinator.empty()) ledger_.Reassign(job, kept.term.coordinator);
+    }
   }
   for (const auto& [job, epoch] : stopped) (void)store_->DeleteSlice(job, epoch);
   if (!attached.empty()) {

@@ -14,6 +14,7 @@ absl::StatusOr<v1::StageResponse> Participant::Stage(const std::string& from,
   {
     std::lock_guard lock(mu_);
     if (auto st = ledger_.CheckOwner(key.job_id(), from); !st.ok()) return st;
+    if (auto st = CheckTermLocked(key, from); !st.ok()) return st;
     if (auto st = ledger_.Extend(key.job_id(), key.attempt(), key.epoch(), clock_->NowMs(),
                                  std::clamp<int64_t>(req.hold_ttl_ms(), 1000, 300000));
         !st.ok()) {

@@ -67,25 +67,60 @@ absl::StatusOr<SigningKey> LoadSigningKey(std::string_view cert_pem, std::string
   return out;
 }
 
+absl::StatusOr<std::string> SignBytes(const std::string& msg_bytes, EVP_PKEY* key) {
+  MdCtxPtr md(EVP_MD_CTX_new());
+  size_t sig_len = 0;
+  const auto* msg = reinterpret_cast<const unsigned char*>(msg_bytes.data());
+  if (EVP_DigestSignInit(md.get(), nullptr, DigestFor(key), nullptr, key) != 1 ||
+      EVP_DigestSign(md.get(), nullptr, &sig_len, msg, msg_bytes.size()) != 1) {
+    return absl::InternalError("cannot sign with the gateway key");
+  }
+  std::string sig(sig_len, '\0');
+  if (EVP_DigestSign(md.get(), reinterpret_cast<unsigned char*>(sig.data()), &sig_len, msg,
+                     msg_bytes.size()) != 1) {
+    return absl::InternalError("cannot sign with the gateway key");
+  }
+  sig.resize(sig_len);
+  return sig;
+}
+
+bool VerifyBytes(EVP_PKEY* key, const std::string& msg, const std::string& sig) {
+  MdCtxPtr md(EVP_MD_CTX_new());
+  const bool ok =
+      EVP_DigestVerifyInit(md.get(), nullptr, DigestFor(key), nullptr, key) == 1 &&
+      EVP_DigestVerify(md.get(), reinterpret_cast<const unsigned char*>(sig.data()), sig.size(),
+                       reinterpret_cast<const unsigned char*>(msg.data()), msg.size()) == 1;
+  ERR_clear_error();
+  return ok;
+}
+
+// A grant's signed message: a prefix no serialized CapacityAd can start with
+// ('f' is field 12 of wire type 6, which does not exist), then the grant.
+std::string GrantMessage(const std::string& grant_bytes) {
+  return std::string("fedgate-grant-v1\0", 17) + grant_bytes;
+}
+
 absl::StatusOr<v1::SignedAd> SignWith(const v1::CapacityAd& ad, EVP_PKEY* key,
                                       const std::string& cert_der) {
   v1::SignedAd out;
   if (!ad.SerializeToString(out.mutable_ad())) return absl::InternalError("cannot encode the ad");
   out.set_certificate(cert_der);
-  MdCtxPtr md(EVP_MD_CTX_new());
-  size_t sig_len = 0;
-  const auto* msg = reinterpret_cast<const unsigned char*>(out.ad().data());
-  if (EVP_DigestSignInit(md.get(), nullptr, DigestFor(key), nullptr, key) != 1 ||
-      EVP_DigestSign(md.get(), nullptr, &sig_len, msg, out.ad().size()) != 1) {
-    return absl::InternalError("cannot sign the ad with the gateway key");
+  auto sig = SignBytes(out.ad(), key);
+  if (!sig.ok()) return sig.status();
+  out.set_signature(*std::move(sig));
+  return out;
+}
+
+absl::StatusOr<v1::SignedGrant> SignGrantWith(const v1::Grant& grant, EVP_PKEY* key,
+                                              const std::string& cert_der) {
+  v1::SignedGrant out;
+  if (!grant.SerializeToString(out.mutable_grant())) {
+    return absl::InternalError("cannot encode the grant");
   }
-  std::string sig(sig_len, '\0');
-  if (EVP_DigestSign(md.get(), reinterpret_cast<unsigned char*>(sig.data()), &sig_len, msg,
-                     out.ad().size()) != 1) {
-    return absl::InternalError("cannot sign the ad with the gateway key");
-  }
-  sig.resize(sig_len);
-  out.set_signature(std::move(sig));
+  out.set_certificate(cert_der);
+  auto sig = SignBytes(GrantMessage(out.grant()), key);
+  if (!sig.ok()) return sig.status();
+  out.set_signature(*std::move(sig));
   return out;
 }
 
@@ -96,6 +131,13 @@ absl::StatusOr<v1::SignedAd> SignAd(const v1::CapacityAd& ad, std::string_view c
   auto k = LoadSigningKey(cert_pem, key_pem);
   if (!k.ok()) return k.status();
   return SignWith(ad, k->key.get(), k->cert_der);
+}
+
+absl::StatusOr<v1::SignedGrant> SignGrant(const v1::Grant& grant, std::string_view cert_pem,
+                                          std::string_view key_pem) {
+  auto k = LoadSigningKey(cert_pem, key_pem);
+  if (!k.ok()) return k.status();
+  return SignGrantWith(grant, k->key.get(), k->cert_der);
 }
 
 struct AdVerifier::Store {
@@ -181,17 +223,37 @@ absl::StatusOr<v1::CapacityAd> AdVerifier::Verify(const v1::SignedAd& signed_ad,
     return refuse("origin_mismatch", StrCat("an ad for origin \"", ad.origin().substr(0, 64),
                                             "\" signed by site ", (*trusted)->site));
   }
-  EVP_PKEY* key = (*trusted)->key.get();
-  MdCtxPtr md(EVP_MD_CTX_new());
-  const bool ok =
-      EVP_DigestVerifyInit(md.get(), nullptr, DigestFor(key), nullptr, key) == 1 &&
-      EVP_DigestVerify(md.get(), reinterpret_cast<const unsigned char*>(signed_ad.signature().data()),
-                       signed_ad.signature().size(),
-                       reinterpret_cast<const unsigned char*>(signed_ad.ad().data()),
-                       signed_ad.ad().size()) == 1;
-  ERR_clear_error();
-  if (!ok) return refuse("bad_signature", StrCat("the ad of ", ad.origin(), " is not signed by its key"));
+  if (!VerifyBytes((*trusted)->key.get(), signed_ad.ad(), signed_ad.signature())) {
+    return refuse("bad_signature", StrCat("the ad of ", ad.origin(), " is not signed by its key"));
+  }
   return ad;
+}
+
+absl::StatusOr<v1::Grant> AdVerifier::VerifyGrant(const v1::SignedGrant& signed_grant,
+                                                  AdRefusal* why) {
+  auto refuse = [&](std::string reason, std::string detail) -> absl::StatusOr<v1::Grant> {
+    why->reason = reason;
+    why->detail = detail;
+    return absl::PermissionDeniedError(StrCat(reason, ": ", detail));
+  };
+  if (signed_grant.grant().size() > 4096) return refuse("bad_grant", "grant too large");
+  v1::Grant grant;
+  if (!grant.ParseFromString(signed_grant.grant())) {
+    return refuse("bad_grant", "the grant does not decode");
+  }
+  std::lock_guard lock(mu_);
+  auto trusted = CheckCertificate(signed_grant.certificate(), why);
+  if (!trusted.ok()) return trusted.status();
+  if ((*trusted)->site != grant.granter()) {
+    return refuse("origin_mismatch", StrCat("a grant of \"", grant.granter().substr(0, 64),
+                                            "\" signed by site ", (*trusted)->site));
+  }
+  if (!VerifyBytes((*trusted)->key.get(), GrantMessage(signed_grant.grant()),
+                   signed_grant.signature())) {
+    return refuse("bad_signature",
+                  StrCat("the grant of ", grant.granter(), " is not signed by its key"));
+  }
+  return grant;
 }
 
 FileAdAuthority::FileAdAuthority(std::string ca_path, std::string cert_path, std::string key_path,
@@ -249,6 +311,22 @@ absl::StatusOr<v1::CapacityAd> FileAdAuthority::Verify(const v1::SignedAd& signe
     ReloadLocked();
   }
   return verifier_.Verify(signed_ad, why);
+}
+
+absl::StatusOr<v1::SignedGrant> FileAdAuthority::SignGrant(const v1::Grant& grant) {
+  std::lock_guard lock(mu_);
+  ReloadLocked();
+  if (!signing_key_) return absl::FailedPreconditionError("no usable gateway key to sign with");
+  return SignGrantWith(grant, signing_key_.get(), cert_der_);
+}
+
+absl::StatusOr<v1::Grant> FileAdAuthority::VerifyGrant(const v1::SignedGrant& signed_grant,
+                                                       AdRefusal* why) {
+  {
+    std::lock_guard lock(mu_);
+    ReloadLocked();
+  }
+  return verifier_.VerifyGrant(signed_grant, why);
 }
 
 }  // namespace fedgate::gateway

@@ -22,6 +22,10 @@ namespace fedgate::gateway {
 absl::StatusOr<v1::SignedAd> SignAd(const v1::CapacityAd& ad, std::string_view cert_pem,
                                     std::string_view key_pem);
 
+// Signs `grant` the same way (see SignedGrant in federation.proto).
+absl::StatusOr<v1::SignedGrant> SignGrant(const v1::Grant& grant, std::string_view cert_pem,
+                                          std::string_view key_pem);
+
 // Why a signed ad was refused: the label of fedgate_ads_refused_total.
 struct AdRefusal {
   std::string reason;  // bad_ad, bad_certificate, untrusted_certificate, revoked,
@@ -37,6 +41,9 @@ class AdVerifier {
 
   // The ad, when every check passes; otherwise why not.
   absl::StatusOr<v1::CapacityAd> Verify(const v1::SignedAd& signed_ad, AdRefusal* why);
+  // The grant, when its certificate passes the same checks, names the
+  // grant's granter, and signed it.
+  absl::StatusOr<v1::Grant> VerifyGrant(const v1::SignedGrant& signed_grant, AdRefusal* why);
 
   // A new trust bundle (certificate rotation) and, if not empty, the CRLs
   // its leaves are checked against; forgets verified certificates.
@@ -60,12 +67,15 @@ class AdVerifier {
   std::map<std::string, Trusted> trusted_ ABSL_GUARDED_BY(mu_);
 };
 
-// Signs this site's ads and verifies everyone else's.
+// Signs this site's ads and grants and verifies everyone else's.
 class AdAuthority {
  public:
   virtual ~AdAuthority() = default;
   virtual absl::StatusOr<v1::SignedAd> Sign(const v1::CapacityAd& ad) = 0;
   virtual absl::StatusOr<v1::CapacityAd> Verify(const v1::SignedAd& signed_ad, AdRefusal* why) = 0;
+  virtual absl::StatusOr<v1::SignedGrant> SignGrant(const v1::Grant& grant) = 0;
+  virtual absl::StatusOr<v1::Grant> VerifyGrant(const v1::SignedGrant& signed_grant,
+                                                AdRefusal* why) = 0;
 };
 
 // From the gateway's TLS files, re-read when they change (certificate
@@ -77,6 +87,9 @@ class FileAdAuthority : public AdAuthority {
                   std::string federation, std::string crl_path = "");
   absl::StatusOr<v1::SignedAd> Sign(const v1::CapacityAd& ad) override;
   absl::StatusOr<v1::CapacityAd> Verify(const v1::SignedAd& signed_ad, AdRefusal* why) override;
+  absl::StatusOr<v1::SignedGrant> SignGrant(const v1::Grant& grant) override;
+  absl::StatusOr<v1::Grant> VerifyGrant(const v1::SignedGrant& signed_grant,
+                                        AdRefusal* why) override;
 
  private:
   void ReloadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -20,7 +20,7 @@ namespace fedgate::gateway {
 class Metrics;
 
 // kReservation: the participant's calls (Prepare, Commit, Abort,
-// SliceStatus, ReadLog, ListUsage), which accept_jobs_from: federation opens
+// SliceStatus, ReadLog, ListUsage, Stage, RequestVote), which accept_jobs_from: federation opens
 // to every gateway of the trust domain.
 enum class RpcClass { kPeer, kAdmin, kJob, kReservation };
 

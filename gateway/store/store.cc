@@ -64,6 +64,11 @@ const char* const kMigrations[] = {
     // (a serialized v1::JobCopy's job, and the coordinator's version of it).
     "CREATE TABLE job_copies (job_id TEXT PRIMARY KEY, version INTEGER NOT NULL,"
     "                         job BLOB NOT NULL);",
+    // 13: beside a kept record, this site's vote and accepted coordinator
+    // (coordinator takeover; term 0 = none yet).
+    "ALTER TABLE job_copies ADD COLUMN term INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE job_copies ADD COLUMN coordinator TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE job_copies ADD COLUMN voted_for TEXT NOT NULL DEFAULT '';",
 };
 
 }  // namespace
@@ -372,55 +377,6 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> Store::ListKv(
   int rc;
   while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
     out.emplace_back(ColText(s.get(), 0), ColText(s.get(), 1));
-  }
-  if (rc != SQLITE_DONE) return absl::InternalError(sqlite3_errmsg(db_));
-  return out;
-}
-
-absl::Status Store::PutJobCopy(const std::string& job_id, uint64_t version, const std::string& job) {
-  std::lock_guard lock(mu_);
-  // An older version never replaces a newer one (answers may cross).
-  SqlStmt s(db_,
-            "INSERT INTO job_copies(job_id, version, job) VALUES(?1, ?2, ?3) "
-            "ON CONFLICT(job_id) DO UPDATE SET version=excluded.version, job=excluded.job "
-            "WHERE excluded.version > job_copies.version;");
-  if (!s.ok()) return absl::InternalError(sqlite3_errmsg(db_));
-  s.Text(1, job_id);
-  s.Int(2, static_cast<int64_t>(version));
-  s.Blob(3, job);
-  if (sqlite3_step(s.get()) != SQLITE_DONE) return absl::InternalError(sqlite3_errmsg(db_));
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::optional<StoredJobCopy>> Store::GetJobCopy(const std::string& job_id) {
-  std::lock_guard lock(mu_);
-  SqlStmt s(db_, "SELECT version, job FROM job_copies WHERE job_id = ?1;");
-  if (!s.ok()) return absl::InternalError(sqlite3_errmsg(db_));
-  s.Text(1, job_id);
-  const int rc = sqlite3_step(s.get());
-  if (rc == SQLITE_DONE) return std::optional<StoredJobCopy>();
-  if (rc != SQLITE_ROW) return absl::InternalError(sqlite3_errmsg(db_));
-  return std::optional<StoredJobCopy>(
-      StoredJobCopy{static_cast<uint64_t>(sqlite3_column_int64(s.get(), 0)), ColBlob(s.get(), 1)});
-}
-
-absl::Status Store::DeleteJobCopy(const std::string& job_id) {
-  std::lock_guard lock(mu_);
-  SqlStmt s(db_, "DELETE FROM job_copies WHERE job_id = ?1;");
-  if (!s.ok()) return absl::InternalError(sqlite3_errmsg(db_));
-  s.Text(1, job_id);
-  if (sqlite3_step(s.get()) != SQLITE_DONE) return absl::InternalError(sqlite3_errmsg(db_));
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<std::pair<std::string, uint64_t>>> Store::ListJobCopies() {
-  std::lock_guard lock(mu_);
-  SqlStmt s(db_, "SELECT job_id, version FROM job_copies;");
-  if (!s.ok()) return absl::InternalError(sqlite3_errmsg(db_));
-  std::vector<std::pair<std::string, uint64_t>> out;
-  int rc;
-  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
-    out.emplace_back(ColText(s.get(), 0), static_cast<uint64_t>(sqlite3_column_int64(s.get(), 1)));
   }
   if (rc != SQLITE_DONE) return absl::InternalError(sqlite3_errmsg(db_));
   return out;

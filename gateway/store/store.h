@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -34,6 +35,14 @@ struct StoredSlice {
 struct StoredJobCopy {
   uint64_t version = 0;
   std::string job;  // a serialized v1::Job
+};
+
+// A member's coordination state of a kept job (federation::TermState less
+// the time it last heard the coordinator).
+struct StoredJobTerm {
+  uint64_t term = 0;
+  std::string coordinator;
+  std::string voted_for;
 };
 
 class Store {
@@ -73,6 +82,12 @@ class Store {
   absl::Status DeleteJobCopy(const std::string& job_id);
   // (job id, version) of every kept copy.
   absl::StatusOr<std::vector<std::pair<std::string, uint64_t>>> ListJobCopies();
+  // The vote and accepted coordinator beside a kept copy, written before any
+  // answer that depends on them: NOT_FOUND without the copy; a put of an
+  // older term than the stored one changes nothing.
+  absl::Status PutJobTerm(const std::string& job_id, const StoredJobTerm& t);
+  // Those of every kept copy that has one (a term above 0).
+  absl::StatusOr<std::map<std::string, StoredJobTerm>> ListJobTerms();
 
   absl::StatusOr<std::optional<std::string>> GetKv(const std::string& key);
   absl::Status PutKv(const std::string& key, const std::string& value);

@@ -202,6 +202,9 @@ TEST_F(RunTest, ASiteOfAJobKeepsItsRecordAndAnswersForIt) {
   ASSERT_EQ(at_b.run().sites_size(), 1);
   EXPECT_EQ(at_b.run().sites(0).site(), "site-b");
   EXPECT_NE(at_b.reason().find("site-b's copy"), std::string::npos) << at_b.reason();
+  const auto vc = RunCommand({FedctlBin(), "--gateway", fed_.endpoint("site-b"), "--tls-dir",
+                               tmp_ / "alice", "vc", "get", id});
+  EXPECT_NE(vc.out.find("coordinated by site-a at term 1"), std::string::npos) << vc.out << vc.err;
   const auto at_c = Alice("site-c", {"jobs", "get", id});
   EXPECT_NE(at_c.exit_code, 0) << "site-c runs none of it: " << at_c.out;
   WriteTlsDir(tmp_ / "bob", ca_.User("speech", "bob"));

@@ -587,3 +587,66 @@ TEST_F(ParticipantTest, TheJobsRecordIsKeptBesideItsSliceAndGoesWithIt) {
 
 }  // namespace
 }  // namespace fedgate::gateway
+
+namespace fedgate::gateway {
+namespace {
+
+// Fencing by term: once a site keeps a job's record, it serves calls only at
+// the record's term and from its coordinator; a higher term without grants
+// is hostile, an older one is stale; each refusal is counted and changes
+// nothing.
+TEST_F(ParticipantTest, OnceTheRecordIsKeptOnlyItsTermIsServed) {
+  Hold(2);
+  auto c = Run(2);
+  *c.mutable_copy() = CopyNaming(3, "bj", "vision", 1);
+  ASSERT_TRUE(p_->Commit("bj", c).ok());
+  auto call = [&](uint64_t term) {
+    v1::SliceStatusRequest q;
+    *q.mutable_key() = Key();
+    q.mutable_key()->set_term(term);
+    q.set_lease_ms(600'000);
+    return p_->Status("bj", q);
+  };
+  EXPECT_TRUE(call(0).ok()) << "no term: a gateway from before terms, the first";
+  EXPECT_TRUE(call(1).ok());
+  const auto claimed = call(2);
+  EXPECT_EQ(claimed.status().code(), absl::StatusCode::kPermissionDenied) << claimed.status();
+  EXPECT_NE(claimed.status().message().find("without a majority of grants"), std::string::npos);
+  EXPECT_EQ(p_->TermRefusals()["hostile"], 1u);
+  v1::AbortRequest abort;
+  *abort.mutable_key() = Key();
+  abort.mutable_key()->set_term(5);
+  EXPECT_EQ(p_->Abort("bj", abort).status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(StatusOf().state(), v1::SliceStatusResponse::RUNNING) << "the refused abort stopped nothing";
+  // A copy may not move the term.
+  v1::Job next;
+  next.set_id(kJob);
+  next.set_tenant("vision");
+  next.set_coordinator("bj");
+  next.set_term(2);
+  v1::JobCopy moved;
+  moved.set_job(next.SerializeAsString());
+  moved.set_version(9);
+  v1::SliceStatusRequest q;
+  *q.mutable_key() = Key();
+  q.set_lease_ms(600'000);
+  *q.mutable_copy() = moved;
+  ASSERT_TRUE(p_->Status("bj", q).ok());
+  EXPECT_EQ(p_->TermRefusals()["bad_copy"], 1u);
+  EXPECT_TRUE(call(1).ok());
+  // A record at term 2 (as a takeover would leave it) found after a
+  // restart: term 1 is over.
+  ASSERT_TRUE(store_->PutJobCopy(kJob, 9, next.SerializeAsString()).ok());
+  p_ = Make();
+  runner_->SetSupervised(true);
+  p_->Start();
+  const auto stale = call(1);
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition) << stale.status();
+  EXPECT_NE(stale.status().message().find("term 1 is over"), std::string::npos);
+  EXPECT_EQ(p_->TermRefusals()["stale"], 1u);
+  EXPECT_TRUE(call(2).ok());
+  p_->Stop();
+}
+
+}  // namespace
+}  // namespace fedgate::gateway

@@ -15,7 +15,7 @@ TEST(Store, PeersAndKvSurviveReopen) {
   {
     auto store = Store::Open(dir / "data");
     ASSERT_TRUE(store.ok()) << store.status();
-    EXPECT_EQ((*store)->schema_version(), 12);
+    EXPECT_EQ((*store)->schema_version(), 13);
     ASSERT_TRUE((*store)->UpsertPeer({"cn-shanghai", "h:1", 5}).ok());
     ASSERT_TRUE((*store)->UpsertPeer({"cn-shanghai", "h:2", 6}).ok());
     ASSERT_TRUE((*store)->UpsertPeer({"cn-shenzhen", "h:3", 7}).ok());
@@ -57,6 +57,36 @@ TEST(Store, AJobCopyIsReplacedOnlyByANewerVersionAndSurvivesReopen) {
   auto all = (*store)->ListJobCopies();
   ASSERT_TRUE(all.ok());
   EXPECT_EQ(*all, (std::vector<std::pair<std::string, uint64_t>>{{"j-1", 4}}));
+}
+
+// A vote is never taken back: a put of an older term changes nothing, a new
+// copy of the record keeps the vote, and the vote goes with the record.
+TEST(Store, AJobsTermIsKeptBesideItsCopyAndNeverGoesBack) {
+  TempDir dir;
+  {
+    auto store = Store::Open(dir / "data");
+    ASSERT_TRUE(store.ok()) << store.status();
+    EXPECT_EQ((*store)->PutJobTerm("j-1", {2, "", "sh"}).code(), absl::StatusCode::kNotFound)
+        << "no record kept";
+    ASSERT_TRUE((*store)->PutJobCopy("j-1", 1, "v1").ok());
+    ASSERT_TRUE((*store)->PutJobCopy("j-2", 1, "other").ok());
+    EXPECT_TRUE((*store)->ListJobTerms()->empty()) << "no term stored yet";
+    ASSERT_TRUE((*store)->PutJobTerm("j-1", {2, "", "sh"}).ok());
+    ASSERT_TRUE((*store)->PutJobTerm("j-1", {1, "bj", ""}).ok()) << "older: ignored, not an error";
+    ASSERT_TRUE((*store)->PutJobCopy("j-1", 2, "v2").ok());
+  }
+  auto store = Store::Open(dir / "data");
+  ASSERT_TRUE(store.ok());
+  auto terms = (*store)->ListJobTerms();
+  ASSERT_TRUE(terms.ok()) << terms.status();
+  ASSERT_EQ(terms->size(), 1u);
+  EXPECT_EQ(terms->at("j-1").term, 2u);
+  EXPECT_EQ(terms->at("j-1").voted_for, "sh");
+  EXPECT_EQ(terms->at("j-1").coordinator, "");
+  ASSERT_TRUE((*store)->PutJobTerm("j-1", {2, "sh", "sh"}).ok()) << "the same term decided";
+  EXPECT_EQ((*store)->ListJobTerms()->at("j-1").coordinator, "sh");
+  ASSERT_TRUE((*store)->DeleteJobCopy("j-1").ok());
+  EXPECT_TRUE((*store)->ListJobTerms()->empty());
 }
 
 TEST(Store, KvRowsAreListedByPrefixAndDeleted) {

@@ -1,0 +1,231 @@
+// A member's side of a coordinator takeover, on a FakeClock with real keys:
+// votes answered from the kept record (one grant per term, kept across a
+// restart, never while the coordinator is heard, never to a non-member),
+// grants signed and verifiable, and a new coordinator served only with a
+// majority of valid grants, after which the old term is fenced off.
+#include <gtest/gtest.h>
+
+#include "gateway/jobs/participant.h"
+#include "gateway/security/ad_signing.h"
+#include "gateway/store/store.h"
+#include "tests/support/fake_clock.h"
+#include "tests/support/fake_rank_runner.h"
+#include "tests/support/pki.h"
+#include "tests/support/temp_dir.h"
+
+namespace fedgate::gateway {
+namespace {
+
+using testing::FakeClock;
+using testing::FakeRankRunner;
+
+constexpr const char* kJob = "j-00000000000000b7";
+constexpr int64_t kLeaseMs = 5000;
+
+class TakeoverTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    config_.site = "site-a";
+    config_.data_dir = tmp_.path();
+    federation::Node n;
+    n.name = "n1";
+    n.address = "10.0.0.1";
+    n.gpu_model = "A100";
+    n.gpus = 4;
+    config_.nodes = {n};
+    testing::WriteTlsDir(tmp_ / "tls", ca_.Gateway("site-a"));
+    authority_ = std::make_unique<FileAdAuthority>(tmp_ / "tls/ca.pem", tmp_ / "tls/cert.pem",
+                                                   tmp_ / "tls/key.pem", "aidc");
+    auto store = Store::Open(tmp_ / "db");
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    p_ = Make();
+    RunJobCoordinatedByBj();
+  }
+  std::unique_ptr<Participant> Make() {
+    auto p = std::make_unique<Participant>(config_, &clock_, store_.get());
+    auto runner = std::make_unique<FakeRankRunner>();
+    runner->SetSupervised(true);  // ranks outlive a restart: the slice is re-attached
+    p->SetRunner(std::move(runner));
+    p->SetGrantAuthority(authority_.get());
+    return p;
+  }
+  v1::ReservationKey Key(uint64_t term) const {
+    v1::ReservationKey k;
+    k.set_job_id(kJob);
+    k.set_attempt(1);
+    k.set_epoch(1);
+    k.set_term(term);
+    return k;
+  }
+  // Job kJob: coordinated by bj at term 1, ranks at site-a (here) and sh;
+  // its members are bj, sh and site-a (a majority is two).
+  void RunJobCoordinatedByBj() {
+    v1::PrepareRequest r;
+    *r.mutable_key() = Key(1);
+    r.set_tenant("vision");
+    r.add_nodes()->set_node("n1");
+    r.mutable_nodes(0)->set_gpus(1);
+    r.set_hold_ttl_ms(30'000);
+    ASSERT_TRUE(p_->Prepare("bj", r).ok());
+    v1::CommitRequest c;
+    *c.mutable_key() = Key(1);
+    auto* rank = c.add_ranks();
+    rank->set_node("n1");
+    rank->set_local_world_size(1);
+    c.set_world_size(2);
+    c.set_master_addr("10.0.0.9");
+    c.set_master_port(29501);
+    c.add_command("train");
+    c.set_lease_ms(kLeaseMs);
+    v1::Job j;
+    j.set_id(kJob);
+    j.set_tenant("vision");
+    j.set_coordinator("bj");
+    j.set_term(1);
+    j.mutable_run()->add_sites()->set_site("site-a");
+    j.mutable_run()->add_sites()->set_site("sh");
+    c.mutable_copy()->set_job(j.SerializeAsString());
+    c.mutable_copy()->set_version(1);
+    auto committed = p_->Commit("bj", c);
+    ASSERT_TRUE(committed.ok()) << committed.status();
+  }
+  absl::StatusOr<v1::VoteResponse> Ask(const std::string& candidate, uint64_t term,
+                                       bool pre_vote = false) {
+    v1::VoteRequest v;
+    v.set_site(candidate);
+    v.set_job_id(kJob);
+    v.set_term(term);
+    v.set_pre_vote(pre_vote);
+    return p_->Vote(candidate, v);
+  }
+  // A grant signed by `signer`'s gateway key, naming `granter`.
+  v1::SignedGrant GrantBy(const std::string& signer, const std::string& granter,
+                          const std::string& candidate, uint64_t term,
+                          const testing::TestCa* ca = nullptr) {
+    const auto files = (ca != nullptr ? *ca : ca_).Gateway(signer);
+    v1::Grant g;
+    g.set_job_id(kJob);
+    g.set_term(term);
+    g.set_candidate(candidate);
+    g.set_granter(granter);
+    auto s = SignGrant(g, files.cert_pem, files.key_pem);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? *s : v1::SignedGrant();
+  }
+  absl::StatusOr<v1::SliceStatusResponse> Renew(const std::string& from, uint64_t term,
+                                                const std::vector<v1::SignedGrant>& grants = {}) {
+    v1::SliceStatusRequest q;
+    q.set_site(from);
+    *q.mutable_key() = Key(term);
+    q.set_lease_ms(kLeaseMs);
+    for (const auto& g : grants) *q.add_grants() = g;
+    return p_->Status(from, q);
+  }
+
+  testing::TempDir tmp_;
+  testing::TestCa ca_;
+  Config config_;
+  FakeClock clock_;
+  std::unique_ptr<FileAdAuthority> authority_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Participant> p_;
+};
+
+TEST_F(TakeoverTest, AMemberGrantsOneCandidatePerTermOnlyOnceTheCoordinatorIsSilent) {
+  auto early = Ask("sh", 2);
+  ASSERT_TRUE(early.ok()) << early.status();
+  EXPECT_FALSE(early->granted()) << "bj was heard at the commit, within the lease";
+  EXPECT_NE(early->reason().find("still hears bj"), std::string::npos) << early->reason();
+  EXPECT_EQ(early->term(), 1u);
+  EXPECT_EQ(early->coordinator(), "bj");
+
+  clock_.Advance(kLeaseMs + 1);
+  auto pre = Ask("sh", 2, /*pre_vote=*/true);
+  ASSERT_TRUE(pre.ok()) << pre.status();
+  EXPECT_TRUE(pre->granted());
+  EXPECT_FALSE(pre->has_grant()) << "a pre-vote signs nothing";
+  EXPECT_EQ(pre->term(), 1u) << "and changes nothing";
+
+  auto vote = Ask("sh", 2);
+  ASSERT_TRUE(vote.ok()) << vote.status();
+  ASSERT_TRUE(vote->granted()) << vote->reason();
+  AdRefusal why;
+  auto grant = authority_->VerifyGrant(vote->grant(), &why);
+  ASSERT_TRUE(grant.ok()) << grant.status();
+  EXPECT_EQ(grant->job_id(), kJob);
+  EXPECT_EQ(grant->term(), 2u);
+  EXPECT_EQ(grant->candidate(), "sh");
+  EXPECT_EQ(grant->granter(), "site-a");
+
+  auto rival = Ask("bj", 2);
+  ASSERT_TRUE(rival.ok()) << rival.status();
+  EXPECT_FALSE(rival->granted()) << "one grant per term";
+  EXPECT_NE(rival->reason().find("granted to sh"), std::string::npos) << rival->reason();
+
+  auto stranger = Ask("gz", 3);
+  EXPECT_EQ(stranger.status().code(), absl::StatusCode::kPermissionDenied) << stranger.status();
+  EXPECT_EQ(p_->TermRefusals()["hostile"], 1u);
+
+  // The vote was stored before it was answered: a restart cannot grant twice.
+  p_ = Make();
+  p_->Start();
+  auto after = Ask("bj", 2);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_FALSE(after->granted());
+  EXPECT_NE(after->reason().find("granted to sh"), std::string::npos) << after->reason();
+  auto again = Ask("sh", 2);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->granted()) << "the same candidate may ask again: " << again->reason();
+  p_->Stop();
+}
+
+TEST_F(TakeoverTest, ANewCoordinatorIsServedWithAMajorityOfValidGrantsAndTheOldTermIsFenced) {
+  clock_.Advance(kLeaseMs + 1);
+  auto mine = Ask("sh", 2);
+  ASSERT_TRUE(mine.ok() && mine->granted()) << mine.status();
+  const v1::SignedGrant own = GrantBy("sh", "sh", "sh", 2);
+
+  // Forged or unrelated grants do not make a majority.
+  const testing::TestCa other_ca;
+  const std::vector<std::vector<v1::SignedGrant>> short_of_majority = {
+      {own},
+      {own, GrantBy("sh", "site-a", "sh", 2)},             // sh's key, site-a's name
+      {own, GrantBy("site-a", "site-a", "sh", 2, &other_ca)},  // another trust domain
+      {own, GrantBy("bj", "bj", "sh", 3)},                 // another term
+      {own, GrantBy("gz", "gz", "sh", 2)},                 // no member of the job
+  };
+  for (size_t i = 0; i < short_of_majority.size(); ++i) {
+    auto refused = Renew("sh", 2, short_of_majority[i]);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied)
+        << "case " << i << ": " << refused.status();
+  }
+  EXPECT_EQ(p_->TermRefusals()["bad_grant"], 2u) << "the forged and the foreign one";
+  EXPECT_EQ(p_->TermRefusals()["hostile"], short_of_majority.size());
+  auto voted = Renew("bj", 1);
+  EXPECT_EQ(voted.status().code(), absl::StatusCode::kFailedPrecondition)
+      << "a member that granted term 2 serves term 1 no more: " << voted.status();
+  EXPECT_EQ(p_->TermRefusals()["stale"], 1u);
+
+  auto taken = Renew("sh", 2, {own, mine->grant()});
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_EQ(taken->state(), v1::SliceStatusResponse::RUNNING) << "the ranks run on";
+  EXPECT_TRUE(Renew("sh", 2).ok()) << "term 2 is decided: no grants needed again";
+  auto old = Renew("bj", 1);
+  EXPECT_EQ(old.status().code(), absl::StatusCode::kFailedPrecondition) << old.status();
+  EXPECT_NE(old.status().message().find("sh"), std::string::npos) << "names the new coordinator";
+  auto claim = Renew("bj", 2);
+  EXPECT_EQ(claim.status().code(), absl::StatusCode::kPermissionDenied) << claim.status();
+
+  // After a restart the slice, its term and its new owner are as they were.
+  p_ = Make();
+  p_->Start();
+  auto renewed = Renew("sh", 2);
+  ASSERT_TRUE(renewed.ok()) << renewed.status();
+  EXPECT_EQ(renewed->state(), v1::SliceStatusResponse::RUNNING);
+  EXPECT_EQ(Renew("bj", 1).status().code(), absl::StatusCode::kFailedPrecondition);
+  p_->Stop();
+}
+
+}  // namespace
+}  // namespace fedgate::gateway
