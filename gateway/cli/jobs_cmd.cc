@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "base/str_cat.h"
 #include "fedgate/v1/jobs.grpc.pb.h"
 #include "gateway/cli/command.h"
@@ -266,11 +267,14 @@ int VcGet(const Globals& g, const Opts& o) {
   std::string table =
       rows.empty() ? std::string("no virtual cluster yet (the job has not started)\n")
                    : absl::StrFormat("world %u, master %s:%u, epoch %u, restart %u%s; "
-                                     "coordinated by %s at term %u\n",
+                                     "coordinated by %s at term %u; witnesses: %s\n",
                                      j.run().world_size(), j.run().master_addr(),
                                      j.run().master_port(), j.run().epoch(), j.run().restart(),
                                      j.run().has_replacing() ? " (restarting)" : "",
-                                     j.coordinator(), j.term()) +
+                                     j.coordinator(), j.term(),
+                                     j.run().witnesses().empty()
+                                         ? std::string("none")
+                                         : absl::StrJoin(j.run().witnesses(), ", ")) +
                          RenderTable({"RANK", "SITE", "NODE", "GPU", "LOCAL RANK", "GROUP"}, rows);
   Print(j.run(), g.format(), table);
   return 0;

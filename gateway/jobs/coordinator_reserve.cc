@@ -8,6 +8,7 @@
 #include <chrono>
 
 #include "base/str_cat.h"
+#include "federation/coordinator_term.h"
 #include "federation/round_verdict.h"
 #include "federation/world_restart.h"
 #include "gateway/jobs/coordinator.h"
@@ -136,6 +137,19 @@ v1::RunPlan Coordinator::VirtualCluster(const v1::PlanResponse& plan, const JobR
   }
   const auto& first = plan.slices(0);
   next.set_master_addr(core_->NodeAddress(first.site(), first.node()));
+  // Witnesses among the peers that are up now, so that a job of fewer than
+  // three members still has a majority to spare.
+  std::vector<std::string> vc_sites;
+  for (const auto& s : next.sites()) vc_sites.push_back(s.site());
+  const auto down = core_->DownPeers();
+  std::vector<std::string> up;
+  for (const auto& p : core_->Peers()) {
+    if (!down.contains(p.site)) up.push_back(p.site);
+  }
+  for (auto& w : federation::ChooseWitnesses(
+           job.id, federation::JobMembers(core_->config().site, vc_sites, {}), up)) {
+    next.add_witnesses(std::move(w));
+  }
   return next;
 }
 

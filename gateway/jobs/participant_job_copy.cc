@@ -21,7 +21,8 @@ Participant::KeptCopy KeptOf(const v1::Job& job, uint64_t version) {
   k.term.coordinator = job.coordinator();
   std::vector<std::string> sites;
   for (const auto& s : job.run().sites()) sites.push_back(s.site());
-  k.members = federation::JobMembers(job.coordinator(), sites, {});
+  k.members = federation::JobMembers(job.coordinator(), sites,
+                                     {job.run().witnesses().begin(), job.run().witnesses().end()});
   return k;
 }
 

@@ -205,6 +205,11 @@ TEST_F(RunTest, ASiteOfAJobKeepsItsRecordAndAnswersForIt) {
   const auto vc = RunCommand({FedctlBin(), "--gateway", fed_.endpoint("site-b"), "--tls-dir",
                                tmp_ / "alice", "vc", "get", id});
   EXPECT_NE(vc.out.find("coordinated by site-a at term 1"), std::string::npos) << vc.out << vc.err;
+  // Members site-a and site-b: the one other peer witnesses, so that the job
+  // has three members.
+  ASSERT_EQ(at_b.run().witnesses_size(), 1);
+  EXPECT_EQ(at_b.run().witnesses(0), "site-c");
+  EXPECT_NE(vc.out.find("witnesses: site-c"), std::string::npos) << vc.out;
   const auto at_c = Alice("site-c", {"jobs", "get", id});
   EXPECT_NE(at_c.exit_code, 0) << "site-c runs none of it: " << at_c.out;
   WriteTlsDir(tmp_ / "bob", ca_.User("speech", "bob"));
