@@ -104,6 +104,7 @@ std::map<std::string, uint64_t> Participant::TermRefusals() {
 uint64_t Participant::KeepJobCopy(const std::string& from, const v1::ReservationKey& key,
                                   const v1::JobCopy& copy) {
   std::string tenant;
+  std::optional<uint64_t> kept_term;
   {
     std::lock_guard lock(mu_);
     const uint64_t have = CopyVersionLocked(key.job_id());
@@ -112,8 +113,15 @@ uint64_t Participant::KeepJobCopy(const std::string& from, const v1::Reservation
     const federation::Hold* hold = ledger_.Find(key.job_id(), key.epoch());
     if (hold == nullptr) return have;
     tenant = hold->tenant;
+    if (auto it = copies_.find(key.job_id()); it != copies_.end()) kept_term = it->second.term.term;
   }
   auto job = CheckCopy(copy, key.job_id(), tenant, from);
+  if (job.ok() && kept_term.has_value() && job->term() != *kept_term) {
+    // A term changes by a takeover's grants, never by a copy: refused before
+    // anything is written.
+    job = absl::InvalidArgumentError(StrCat("the copy of job ", key.job_id(), " is of term ",
+                                            job->term(), ", this site is at term ", *kept_term));
+  }
   if (!job.ok()) {
     spdlog::warn("job {}: refused the copy of its record sent by {}: {}", key.job_id(), from,
                  std::string(job.status().message()));
@@ -132,7 +140,8 @@ uint64_t Participant::KeepJobCopy(const std::string& from, const v1::Reservation
   }
   KeptCopy& kept = copies_[key.job_id()];
   if (kept.version > 0 && job->term() != kept.term.term) {
-    // A term changes by a takeover's grants, never by a copy.
+    // The term moved while the copy was written (a takeover accepted
+    // meanwhile): the stored term outranks the copy's after a restart.
     ++term_refused_["bad_copy"];
     spdlog::warn("job {}: refused the copy of its record sent by {}: term {}, accepted term {}",
                  key.job_id(), from, job->term(), kept.term.term);

@@ -633,6 +633,9 @@ TEST_F(ParticipantTest, OnceTheRecordIsKeptOnlyItsTermIsServed) {
   *q.mutable_copy() = moved;
   ASSERT_TRUE(p_->Status("bj", q).ok());
   EXPECT_EQ(p_->TermRefusals()["bad_copy"], 1u);
+  auto stored = store_->GetJobCopy(kJob);
+  ASSERT_TRUE(stored.ok() && stored->has_value());
+  EXPECT_EQ((*stored)->version, 3u) << "the refused copy was not written";
   EXPECT_TRUE(call(1).ok());
   // A record at term 2 (as a takeover would leave it) found after a
   // restart: term 1 is over.
