@@ -2,7 +2,10 @@
 // the input is a serialized SignedAd. An empty certificate is replaced by a
 // genuine gateway certificate of site-b and an empty signature by site-b's
 // genuine signature, so mutated ads also get past the signature check and
-// into the ad store's own checks, as a relayed ad would.
+// into the ad store's own checks, as a relayed ad would. The same input is
+// also checked as a takeover grant (SignedGrant; an empty signature replaced
+// by site-b's genuine one): accepted only as site-b's own grant. Every ad
+// that verifies must fail as a grant (the signatures are domain-separated).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -76,8 +79,32 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)w->ads->Offer(*ad, "site-b", s);
     (void)w->ads->Pending("site-c", {});
     (void)w->ads->ExpireNow();
+    // No signed ad passes for a takeover grant: the bytes and the signature
+    // of an ad that verified, presented as a grant, are refused.
+    v1::SignedGrant as_grant;
+    as_grant.set_grant(s.ad());
+    as_grant.set_signature(s.signature());
+    as_grant.set_certificate(s.certificate());
+    gateway::AdRefusal grant_why;
+    if (w->verifier->VerifyGrant(as_grant, &grant_why).ok()) std::abort();
   } else if (why.reason.empty()) {
     std::abort();  // every refusal names its reason
+  }
+  // The same bytes as a grant (any member may send grants with a renewal):
+  // refused with a reason, or a grant of the one trusted signer.
+  v1::SignedGrant g;
+  if (g.ParseFromArray(data, static_cast<int>(size))) {
+    if (g.certificate().empty()) g.set_certificate(w->gw_der);
+    if (g.signature().empty()) {
+      v1::Grant body;
+      if (body.ParseFromString(g.grant())) {
+        auto genuine = gateway::SignGrant(body, w->gw.cert_pem, w->gw.key_pem);
+        if (genuine.ok()) g = *genuine;
+      }
+    }
+    gateway::AdRefusal grant_why;
+    auto grant = w->verifier->VerifyGrant(g, &grant_why);
+    if (grant.ok() ? grant->granter() != "site-b" : grant_why.reason.empty()) std::abort();
   }
   return 0;
 }

@@ -118,7 +118,10 @@ T
 # Signed ads: a SignedAd whose `ad` is the CapacityAd given in text format;
 # the target fills in a genuine certificate and signature (ad_verify_fuzz.cc).
 signed_ad() {  # NAME (CapacityAd text format on stdin)
-  enc CapacityAd | python3 -c '
+  field1 CapacityAd "$1"
+}
+field1() {  # MESSAGE NAME (text format on stdin): the message as field 1 of another
+  enc "$1" | python3 -c '
 import sys
 b = sys.stdin.buffer.read()
 n, v = len(b), bytearray()
@@ -127,7 +130,7 @@ while True:
     n >>= 7
     if not n:
         break
-sys.stdout.buffer.write(b"\x0a" + bytes(v) + b)' >"$c/ad_verify_fuzz/$1"
+sys.stdout.buffer.write(b"\x0a" + bytes(v) + b)' >"$c/ad_verify_fuzz/$2"
 }
 echo 'origin: "site-b" seq: 4 incarnation: 1700000000000 issued_at_unix_ms: 1700000000000 ttl_ms: 10000 interval_ms: 2000 endpoint: "10.0.0.2:7443" nodes { name: "b-n1" address: "10.0.0.2" gpu_model: "A100-80GB" free_gpus: 8 total_gpus: 8 }' |
   signed_ad plain
@@ -136,6 +139,12 @@ echo 'origin: "site-b" seq: 5 issued_at_unix_ms: 1700000000000 ttl_ms: 10000 lin
 echo 'origin: "site-c" seq: 1 issued_at_unix_ms: 1700000000000 ttl_ms: 10000' | signed_ad other_origin
 echo 'origin: "site-b" seq: 6 issued_at_unix_ms: 1700000000000 ttl_ms: 10000 withdrawn: true' |
   signed_ad withdrawn
+# Takeover grants: a SignedGrant whose `grant` is the Grant given; the target
+# signs it as site-b (a grant naming another granter must be refused).
+echo 'job_id: "j-00000000000000b7" term: 2 candidate: "site-c" granter: "site-b"' |
+  field1 Grant grant_site_b
+echo 'job_id: "j-00000000000000b7" term: 3 candidate: "site-b" granter: "site-x"' |
+  field1 Grant grant_other_granter
 echo "wrote $(find "$c" -type f | wc -l) seeds under $c"
 
 # Checkpoint copies: a selector byte (even: site-b, of the job's world; odd:
