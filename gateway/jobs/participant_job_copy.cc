@@ -51,12 +51,18 @@ absl::Status Participant::CheckTermLocked(const v1::ReservationKey& key, const s
     if (c.hostile) return absl::PermissionDeniedError(c.reason);
     return absl::FailedPreconditionError(c.reason);
   }
-  if (t.term != was_term || t.coordinator != was_coordinator) {
+  const bool moved = t.term != was_term || t.coordinator != was_coordinator;
+  if (moved) {
     // A majority granted `from` this term: the job's holds are its from now on.
     spdlog::warn("job {}: {} coordinates it from term {} on (was {} at term {})", key.job_id(),
                  from, t.term, was_coordinator.empty() ? "undecided" : was_coordinator, was_term);
     ledger_.Reassign(key.job_id(), from);
-    if (persist != nullptr) *persist = StoredJobTerm{t.term, t.coordinator, t.voted_for};
+  }
+  // A new coordinator sends its grants until a call at its term has been
+  // answered; every such call stores the term, so none is answered before
+  // the term is durable (a repeat may overtake the first call's write).
+  if (persist != nullptr && (moved || !grants.empty())) {
+    *persist = StoredJobTerm{t.term, t.coordinator, t.voted_for};
   }
   return absl::OkStatus();
 }

@@ -36,14 +36,13 @@ absl::StatusOr<v1::VoteResponse> Participant::Vote(const std::string& from,
       lease = std::max(lease, s->second.lease_ms);
     }
     KeptCopy& kept = it->second;
-    const std::string voted_before = kept.term.voted_for;
-    const uint64_t term_before = kept.term.term;
     a = federation::AnswerVote(&kept.term, kept.members,
                                {req.job_id(), req.term(), from, req.pre_vote()}, clock_->NowMs(),
                                std::max<int64_t>(lease, kMinLeaseMs));
     if (a.hostile) ++term_refused_["hostile"];
-    if (a.granted && !req.pre_vote() &&
-        (kept.term.term != term_before || kept.term.voted_for != voted_before)) {
+    // Stored by every call that grants, also a repeated one: a repeat that
+    // overtook the first call's write must not answer before it is durable.
+    if (a.granted && !req.pre_vote()) {
       vote = StoredJobTerm{kept.term.term, kept.term.coordinator, kept.term.voted_for};
     }
   }
