@@ -137,14 +137,15 @@ v1::RunPlan Coordinator::VirtualCluster(const v1::PlanResponse& plan, const JobR
   }
   const auto& first = plan.slices(0);
   next.set_master_addr(core_->NodeAddress(first.site(), first.node()));
-  // Witnesses among the peers that are up now, so that a job of fewer than
-  // three members still has a majority to spare.
+  // Witnesses among the peers that are up now (heard, and not since gone
+  // silent), so that a job of fewer than three members still has a majority
+  // to spare.
   std::vector<std::string> vc_sites;
   for (const auto& s : next.sites()) vc_sites.push_back(s.site());
   const auto down = core_->DownPeers();
   std::vector<std::string> up;
   for (const auto& p : core_->Peers()) {
-    if (!down.contains(p.site)) up.push_back(p.site);
+    if (p.last_heard_ms >= 0 && !down.contains(p.site)) up.push_back(p.site);
   }
   for (auto& w : federation::ChooseWitnesses(
            job.id, federation::JobMembers(core_->config().site, vc_sites, {}), up)) {

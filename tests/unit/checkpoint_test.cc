@@ -16,6 +16,7 @@
 #include "gateway/store/store.h"
 #include "tests/support/fake_clock.h"
 #include "tests/support/fake_rank_runner.h"
+#include "tests/support/site_config.h"
 #include "tests/support/temp_dir.h"
 
 namespace fedgate::gateway {
@@ -113,14 +114,7 @@ TEST(CheckpointFiles, PathsInsideACheckpointNeverLeaveIt) {
 class ReceiveTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    config_.site = "site-a";
-    config_.data_dir = tmp_.path();
-    federation::Node n;
-    n.name = "n1";
-    n.address = "10.0.0.1";
-    n.gpu_model = "A100";
-    n.gpus = 2;
-    config_.nodes = {n};
+    config_ = testing::OneNodeSite("site-a", tmp_.path(), 2);
     store_ = std::move(*Store::Open(tmp_ / "db"));
     p_ = std::make_unique<Participant>(config_, &clock_, store_.get());
     p_->SetRunner(std::make_unique<testing::FakeRankRunner>());

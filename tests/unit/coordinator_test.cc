@@ -317,6 +317,30 @@ TEST_F(CoordinatorTest, ASilentCoordinatorsSliceStopsWhenItsLeaseLapses) {
   EXPECT_TRUE(SweepUntilFree(a_.get())) << "the slice outlived its lease";
 }
 
+// A world of fewer than three members names the peers that are up as its
+// witnesses; a peer gone silent is not named.
+TEST_F(CoordinatorTest, AWorldOfFewerThanThreeMembersNamesAnUpPeerAsWitness) {
+  const std::string id = Submit(2, kTouchAndSleep);
+  coordinator_->PlacePass();
+  v1::RunPlan run;
+  ASSERT_TRUE(run.ParseFromString(Job(id).run));
+  ASSERT_EQ(run.sites_size(), 1);
+  EXPECT_EQ(run.sites(0).site(), "site-a");
+  EXPECT_EQ(std::vector<std::string>(run.witnesses().begin(), run.witnesses().end()),
+            std::vector<std::string>{"site-b"});
+  ASSERT_TRUE(Cancel(id).ok());
+  ASSERT_TRUE(SweepUntilFree(a_.get()));
+  // site-b silent past its down time: the next world names nobody.
+  clock_.Advance(federation::kMissedIntervalsForDown * a_->config.advertise.interval_ms + 1);
+  ASSERT_TRUE(a_->core->Tick().ok());
+  ASSERT_TRUE(a_->core->DownPeers().contains("site-b"));
+  const std::string next = Submit(2, kTouchAndSleep);
+  coordinator_->PlacePass();
+  ASSERT_EQ(Job(next).state, federation::JobState::kRunning) << Job(next).reason;
+  ASSERT_TRUE(run.ParseFromString(Job(next).run));
+  EXPECT_EQ(run.witnesses_size(), 0) << "site-b is down";
+}
+
 TEST_F(CoordinatorTest, OnlyTheCoordinatorMayCallAParticipantAboutItsJob) {
   const std::string id = Submit(6, kTouchAndSleep);
   coordinator_->PlacePass();

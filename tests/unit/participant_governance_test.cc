@@ -10,6 +10,7 @@
 #include "gateway/jobs/participant.h"
 #include "gateway/store/store.h"
 #include "tests/support/fake_clock.h"
+#include "tests/support/site_config.h"
 #include "tests/support/temp_dir.h"
 
 namespace fedgate::gateway {
@@ -28,14 +29,7 @@ v1::ReservationKey Key(const std::string& job, uint64_t epoch) {
 class ParticipantGovernanceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    config_.site = "site-a";
-    config_.data_dir = tmp_.path();
-    federation::Node n;
-    n.name = "n1";
-    n.address = "127.0.0.1";
-    n.gpu_model = "A100";
-    n.gpus = 4;
-    config_.nodes = {n};
+    config_ = testing::OneNodeSite("site-a", tmp_.path(), 4, "127.0.0.1");
     config_.preemption.grace_ms = 1000;
     config_.preemption.min_runtime_ms = 60'000;
     config_.tenants = {{"vision", 4, {}, 0, 1}};

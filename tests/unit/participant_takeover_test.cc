@@ -11,6 +11,7 @@
 #include "tests/support/fake_clock.h"
 #include "tests/support/fake_rank_runner.h"
 #include "tests/support/pki.h"
+#include "tests/support/site_config.h"
 #include "tests/support/temp_dir.h"
 
 namespace fedgate::gateway {
@@ -25,14 +26,7 @@ constexpr int64_t kLeaseMs = 5000;
 class TakeoverTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    config_.site = "site-a";
-    config_.data_dir = tmp_.path();
-    federation::Node n;
-    n.name = "n1";
-    n.address = "10.0.0.1";
-    n.gpu_model = "A100";
-    n.gpus = 4;
-    config_.nodes = {n};
+    config_ = testing::OneNodeSite("site-a", tmp_.path(), 4);
     testing::WriteTlsDir(tmp_ / "tls", ca_.Gateway("site-a"));
     authority_ = std::make_unique<FileAdAuthority>(tmp_ / "tls/ca.pem", tmp_ / "tls/cert.pem",
                                                    tmp_ / "tls/key.pem", "aidc");

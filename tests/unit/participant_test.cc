@@ -14,6 +14,7 @@
 #include "gateway/store/store.h"
 #include "tests/support/fake_clock.h"
 #include "tests/support/fake_rank_runner.h"
+#include "tests/support/site_config.h"
 #include "tests/support/temp_dir.h"
 
 namespace fedgate::gateway {
@@ -43,14 +44,7 @@ bool LockIsFree(std::mutex& mu) {
 class ParticipantTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    config_.site = "site-a";
-    config_.data_dir = tmp_.path();
-    federation::Node n;
-    n.name = "n1";
-    n.address = "10.0.0.1";
-    n.gpu_model = "A100";
-    n.gpus = 4;
-    config_.nodes = {n};
+    config_ = testing::OneNodeSite("site-a", tmp_.path(), 4);
     auto store = Store::Open(tmp_ / "db");
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = std::move(*store);
