@@ -45,8 +45,13 @@ std::string PlanTable(const v1::PlanResponse& resp) {
 }
 
 std::string JobTable(const v1::Job& j) {
-  std::string out = absl::StrFormat("job %s (%s) of tenant %s: %s, attempt %u\n  %s\n", j.id(),
-                                    j.name(), j.tenant(), v1::Job::State_Name(j.state()), j.attempt(), j.reason());
+  std::string out = absl::StrFormat("job %s (%s) of tenant %s: %s, attempt %u%s\n  %s\n", j.id(),
+                                    j.name(), j.tenant(), v1::Job::State_Name(j.state()), j.attempt(),
+                                    j.coordinator().empty()
+                                        ? std::string()
+                                        : absl::StrFormat("; coordinated by %s at term %u",
+                                                          j.coordinator(), j.term()),
+                                    j.reason());
   if (j.has_placement() && j.placement().explanation_size() > 0) {
     out += "\n" + PlanTable(j.placement());
   }

@@ -210,6 +210,9 @@ TEST_F(RunTest, ASiteOfAJobKeepsItsRecordAndAnswersForIt) {
   ASSERT_EQ(at_b.run().witnesses_size(), 1);
   EXPECT_EQ(at_b.run().witnesses(0), "site-c");
   EXPECT_NE(vc.out.find("witnesses: site-c"), std::string::npos) << vc.out;
+  const auto text = RunCommand({FedctlBin(), "--gateway", fed_.endpoint("site-b"), "--tls-dir",
+                                 tmp_ / "alice", "jobs", "get", id});
+  EXPECT_NE(text.out.find("coordinated by site-a at term 1"), std::string::npos) << text.out;
   const auto at_c = Alice("site-c", {"jobs", "get", id});
   EXPECT_NE(at_c.exit_code, 0) << "site-c runs none of it: " << at_c.out;
   WriteTlsDir(tmp_ / "bob", ca_.User("speech", "bob"));
