@@ -44,14 +44,16 @@ std::string PlanTable(const v1::PlanResponse& resp) {
   return out + RenderTable({"SITE", "USED", "WHY"}, why);
 }
 
+// "; coordinated by X at term N" ("" from a gateway that does not say).
+std::string Coordination(const v1::Job& j) {
+  if (j.coordinator().empty()) return "";
+  return absl::StrFormat("; coordinated by %s at term %u", j.coordinator(), j.term());
+}
+
 std::string JobTable(const v1::Job& j) {
   std::string out = absl::StrFormat("job %s (%s) of tenant %s: %s, attempt %u%s\n  %s\n", j.id(),
-                                    j.name(), j.tenant(), v1::Job::State_Name(j.state()), j.attempt(),
-                                    j.coordinator().empty()
-                                        ? std::string()
-                                        : absl::StrFormat("; coordinated by %s at term %u",
-                                                          j.coordinator(), j.term()),
-                                    j.reason());
+                                    j.name(), j.tenant(), v1::Job::State_Name(j.state()),
+                                    j.attempt(), Coordination(j), j.reason());
   if (j.has_placement() && j.placement().explanation_size() > 0) {
     out += "\n" + PlanTable(j.placement());
   }
@@ -271,12 +273,12 @@ int VcGet(const Globals& g, const Opts& o) {
   }
   std::string table =
       rows.empty() ? std::string("no virtual cluster yet (the job has not started)\n")
-                   : absl::StrFormat("world %u, master %s:%u, epoch %u, restart %u%s; "
-                                     "coordinated by %s at term %u; witnesses: %s\n",
+                   : absl::StrFormat("world %u, master %s:%u, epoch %u, restart %u%s%s; "
+                                     "witnesses: %s\n",
                                      j.run().world_size(), j.run().master_addr(),
                                      j.run().master_port(), j.run().epoch(), j.run().restart(),
                                      j.run().has_replacing() ? " (restarting)" : "",
-                                     j.coordinator(), j.term(),
+                                     Coordination(j),
                                      j.run().witnesses().empty()
                                          ? std::string("none")
                                          : absl::StrJoin(j.run().witnesses(), ", ")) +

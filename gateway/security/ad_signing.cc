@@ -207,51 +207,64 @@ absl::StatusOr<const AdVerifier::Trusted*> AdVerifier::CheckCertificate(const st
   return &entry;
 }
 
+namespace {
+
+absl::Status Refuse(AdRefusal* why, std::string reason, std::string detail) {
+  why->reason = std::move(reason);
+  why->detail = std::move(detail);
+  return absl::PermissionDeniedError(StrCat(why->reason, ": ", why->detail));
+}
+
+// The checks every signed message (ad or grant) passes once its certificate
+// verified: the certificate's site is the one the message claims, and the
+// signature over `message` is that certificate's key's. `what` names the
+// message in refusals ("ad", "grant"), `claim` its claimed site's role.
+absl::Status CheckSigner(const std::string& signer_site, EVP_PKEY* key, const std::string& claimed,
+                         const std::string& message, const std::string& signature,
+                         std::string_view what, std::string_view claim, AdRefusal* why) {
+  if (signer_site != claimed) {
+    return Refuse(why, "origin_mismatch",
+                  StrCat(what == "ad" ? "an " : "a ", what, " ", claim, " \"",
+                         claimed.substr(0, 64), "\" signed by site ", signer_site));
+  }
+  if (!VerifyBytes(key, message, signature)) {
+    return Refuse(why, "bad_signature", StrCat("the ", what, " of ", claimed, " is not signed by its key"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<v1::CapacityAd> AdVerifier::Verify(const v1::SignedAd& signed_ad, AdRefusal* why) {
-  auto refuse = [&](std::string reason, std::string detail) -> absl::StatusOr<v1::CapacityAd> {
-    why->reason = reason;
-    why->detail = detail;
-    return absl::PermissionDeniedError(StrCat(reason, ": ", detail));
-  };
-  if (signed_ad.ad().size() > kMaxAdBytes) return refuse("bad_ad", "ad too large");
+  if (signed_ad.ad().size() > kMaxAdBytes) return Refuse(why, "bad_ad", "ad too large");
   v1::CapacityAd ad;
-  if (!ad.ParseFromString(signed_ad.ad())) return refuse("bad_ad", "the ad does not decode");
+  if (!ad.ParseFromString(signed_ad.ad())) return Refuse(why, "bad_ad", "the ad does not decode");
   std::lock_guard lock(mu_);
   auto trusted = CheckCertificate(signed_ad.certificate(), why);
   if (!trusted.ok()) return trusted.status();
-  if ((*trusted)->site != ad.origin()) {
-    return refuse("origin_mismatch", StrCat("an ad for origin \"", ad.origin().substr(0, 64),
-                                            "\" signed by site ", (*trusted)->site));
-  }
-  if (!VerifyBytes((*trusted)->key.get(), signed_ad.ad(), signed_ad.signature())) {
-    return refuse("bad_signature", StrCat("the ad of ", ad.origin(), " is not signed by its key"));
+  if (auto st = CheckSigner((*trusted)->site, (*trusted)->key.get(), ad.origin(), signed_ad.ad(),
+                            signed_ad.signature(), "ad", "for origin", why);
+      !st.ok()) {
+    return st;
   }
   return ad;
 }
 
 absl::StatusOr<v1::Grant> AdVerifier::VerifyGrant(const v1::SignedGrant& signed_grant,
                                                   AdRefusal* why) {
-  auto refuse = [&](std::string reason, std::string detail) -> absl::StatusOr<v1::Grant> {
-    why->reason = reason;
-    why->detail = detail;
-    return absl::PermissionDeniedError(StrCat(reason, ": ", detail));
-  };
-  if (signed_grant.grant().size() > 4096) return refuse("bad_grant", "grant too large");
+  if (signed_grant.grant().size() > 4096) return Refuse(why, "bad_grant", "grant too large");
   v1::Grant grant;
   if (!grant.ParseFromString(signed_grant.grant())) {
-    return refuse("bad_grant", "the grant does not decode");
+    return Refuse(why, "bad_grant", "the grant does not decode");
   }
   std::lock_guard lock(mu_);
   auto trusted = CheckCertificate(signed_grant.certificate(), why);
   if (!trusted.ok()) return trusted.status();
-  if ((*trusted)->site != grant.granter()) {
-    return refuse("origin_mismatch", StrCat("a grant of \"", grant.granter().substr(0, 64),
-                                            "\" signed by site ", (*trusted)->site));
-  }
-  if (!VerifyBytes((*trusted)->key.get(), GrantMessage(signed_grant.grant()),
-                   signed_grant.signature())) {
-    return refuse("bad_signature",
-                  StrCat("the grant of ", grant.granter(), " is not signed by its key"));
+  if (auto st = CheckSigner((*trusted)->site, (*trusted)->key.get(), grant.granter(),
+                            GrantMessage(signed_grant.grant()), signed_grant.signature(), "grant",
+                            "of", why);
+      !st.ok()) {
+    return st;
   }
   return grant;
 }
