@@ -64,7 +64,10 @@ bool Coordinator::Save(JobRecord* job) {
 }
 
 void Coordinator::Tell(const std::string& job_id, JobStoryEvent event) {
-  if (auto st = store_->AppendEvents(job_id, {std::move(event)}); !st.ok()) {
+  auto st = store_->AppendEvents(job_id, {std::move(event)});
+  if (absl::IsFailedPrecondition(st)) {
+    spdlog::debug("job {}: event dropped: {}", job_id, std::string(st.message()));
+  } else if (!st.ok()) {
     spdlog::warn("job {}: event not stored: {}", job_id, std::string(st.message()));
   }
 }

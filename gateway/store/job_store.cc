@@ -381,7 +381,22 @@ absl::Status JobStore::Save(JobRecord* job, federation::JobActor who) {
 absl::Status JobStore::AppendEvents(const std::string& job_id,
                                     const std::vector<JobStoryEvent>& events) {
   if (events.empty()) return absl::OkStatus();
-  absl::Status st = Enqueue([&](sqlite3* db) { return InsertEvents(db, job_id, events); });
+  absl::Status st = Enqueue([&](sqlite3* db) -> absl::Status {
+    // Progress told after the job ended (a commit that returns after a
+    // cancel, say) would put "started" after "finished": the story stops
+    // at the end, checked in the same transaction as the insert.
+    SqlStmt sel(db, "SELECT state FROM jobs WHERE id = ?1;");
+    if (!sel.ok()) return SqlError(db, "event");
+    sel.Text(1, job_id);
+    const int rc = sqlite3_step(sel.get());
+    if (rc == SQLITE_DONE) return absl::NotFoundError(StrCat("job ", job_id, " not found"));
+    if (rc != SQLITE_ROW) return SqlError(db, "event");
+    const auto state = federation::ParseJobState(ColText(sel.get(), 0));
+    if (!state || federation::IsTerminal(*state)) {
+      return absl::FailedPreconditionError(StrCat("job ", job_id, " has ended"));
+    }
+    return InsertEvents(db, job_id, events);
+  });
   if (st.ok() && on_write_) on_write_(job_id);
   return st;
 }

@@ -82,7 +82,8 @@ class JobStore {
   // FAILED_PRECONDITION). On success `job->version` is the new version.
   absl::Status Save(JobRecord* job, federation::JobActor who);
   // Appends events to a job's story without touching the job (progress that
-  // is no change of state); durable on return.
+  // is no change of state); durable on return. FAILED_PRECONDITION, and
+  // nothing written, once the job has ended: its story ends with "finished".
   absl::Status AppendEvents(const std::string& job_id, const std::vector<JobStoryEvent>& events);
   // The job's events with seq > `after_seq`, oldest first, at most `limit`.
   absl::StatusOr<std::vector<JobStoryEvent>> Events(const std::string& job_id, uint64_t after_seq,

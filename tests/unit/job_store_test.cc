@@ -195,6 +195,25 @@ TEST_F(JobStoreTest, EventsLandWithTheirWriteAndOnlyWithIt) {
   EXPECT_EQ((*after)[0].type, "staging");
 }
 
+TEST_F(JobStoreTest, ProgressToldAfterTheEndIsRefusedSoTheStoryEndsWithIt) {
+  JobRecord r = Job("vision", "");
+  auto a = jobs_->Submit(r);
+  ASSERT_TRUE(a.ok());
+  JobRecord j = a->job;
+  j.state = JobState::kCancelled;
+  j.new_events.push_back({2, "finished", "", "CANCELLED: by alice", 0});
+  ASSERT_TRUE(jobs_->Save(&j, JobActor::kCaller).ok());
+  // A commit that returns after the cancel tells "started" too late.
+  EXPECT_EQ(jobs_->AppendEvents(j.id, {{3, "started", "", "attempt 1", 0}}).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(jobs_->AppendEvents("no-such-job", {{3, "started", "", "", 0}}).code(),
+            absl::StatusCode::kNotFound);
+  auto ev = jobs_->Events(j.id, 0, 100);
+  ASSERT_TRUE(ev.ok());
+  ASSERT_FALSE(ev->empty());
+  EXPECT_EQ(ev->back().type, "finished");
+}
+
 TEST_F(JobStoreTest, EachFilterPagesInIdOrderAndKeepsToItsRows) {
   // Two tenants, every third job of each cancelled.
   std::set<std::string> cancelled_vision, cancelled_all;
