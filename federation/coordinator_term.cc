@@ -77,6 +77,12 @@ int64_t TakeoverDelayMs(int position, int64_t takeover_after_ms, int64_t stagger
   return takeover_after_ms + position * stagger_ms;
 }
 
+int64_t TakeoverFenceMs(size_t successors, int64_t takeover_after_ms, int64_t stagger_ms,
+                        int64_t lease_ms) {
+  if (successors == 0) return lease_ms;
+  return takeover_after_ms + static_cast<int64_t>(successors - 1) * stagger_ms + lease_ms;
+}
+
 VoteAnswer AnswerVote(TermState* s, const std::vector<std::string>& members,
                       const VoteRequest& req, int64_t now_ms, int64_t lease_ms) {
   VoteAnswer a;

@@ -48,6 +48,14 @@ std::vector<std::string> SuccessionOrder(const std::vector<std::string>& vc_site
 // the coordinator before it asks to take over (-1 when it is not in it).
 int64_t TakeoverDelayMs(int position, int64_t takeover_after_ms, int64_t stagger_ms);
 
+// How long a site keeps a slice of a job that may be taken over running
+// without a renewal: until the last successor could have taken over and
+// renewed it (takeover_after + stagger x (successors - 1) + lease). A slice
+// whose coordinator is merely cut off from it stops then, unrenewed, since
+// no majority voted its coordinator out.
+int64_t TakeoverFenceMs(size_t successors, int64_t takeover_after_ms, int64_t stagger_ms,
+                        int64_t lease_ms);
+
 // One member's view of one job's coordination. `term`, `coordinator` and
 // `voted_for` are persisted before any answer that depends on them is sent;
 // `heard_ms` is not (a member that starts again sets it to its start time,

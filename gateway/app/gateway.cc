@@ -16,6 +16,7 @@
 #include "gateway/peering/bench_host.h"
 #include "gateway/peering/prober.h"
 #include "gateway/jobs/coordinator.h"
+#include "gateway/jobs/takeover.h"
 #include "gateway/peering/core.h"
 #include "gateway/exec/slurm.h"
 #include "gateway/jobs/participant.h"
@@ -278,6 +279,8 @@ absl::Status Gateway::MakeJobs() {
         metrics_.get());
     stager_->SetInUse([p = participant_.get()] { return p->DatasetsInUse(); });
     participant_->SetStager(stager_.get());
+    takeover_ = std::make_unique<Takeover>(core_.get(), participant_.get(),
+                                           participant_client_.get(), coordinator_.get());
     job_manager_->SetCoordinator(coordinator_.get());
     job_manager_->SetCopyReader(
         [p = participant_.get()](const std::string& id) { return p->JobFromCopy(id); });
@@ -346,6 +349,7 @@ absl::Status Gateway::StartLoops() {
   if (checkpoints_) checkpoints_->Start();
   health_->Start();
   if (coordinator_) coordinator_->Start();
+  if (takeover_) takeover_->Start();
   return absl::OkStatus();
 }
 
@@ -383,6 +387,7 @@ void Gateway::Stop() {
   if (prober_) prober_->Stop();
   // Running slices elsewhere keep running within their lease; a restarted
   // coordinator picks them up again from the store.
+  if (takeover_) takeover_->Stop();
   if (coordinator_) coordinator_->Stop();
   if (checkpoints_) checkpoints_->Stop();
   if (stager_) stager_->Stop();

@@ -37,6 +37,7 @@ class RestServer;
 class JobStore;
 class Participant;
 class Coordinator;
+class Takeover;
 class ParticipantClient;
 class Store;
 class DatasetRegistry;
@@ -84,6 +85,7 @@ class Gateway {
   std::unique_ptr<CheckpointSync> checkpoints_;
   std::unique_ptr<DatasetStager> stager_;
   std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<Takeover> takeover_;  // after the coordinator, before it at stop
   std::unique_ptr<JobStore> job_store_;
   std::unique_ptr<JobManager> job_manager_;
   std::unique_ptr<JobServiceImpl> job_service_;

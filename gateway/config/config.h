@@ -85,6 +85,12 @@ struct JobsConfig {
   // recovery: replace: how long a lost slice may wait for a replacement
   // before the job falls back to a new attempt (jobs.replace_timeout).
   int64_t replace_timeout_ms = 5 * 60 * 1000;
+  // Coordinator takeover: a job's first successor asks after this long
+  // without hearing the coordinator (jobs.takeover_after; default 3 leases;
+  // "off" = 0: no takeover), each next one a stagger later
+  // (jobs.takeover_stagger; default one lease).
+  int64_t takeover_after_ms = -1;
+  int64_t takeover_stagger_ms = -1;
 };
 
 struct ApiConfig {

@@ -196,7 +196,7 @@ void ParseJobs(const YAML::Node& root, [[maybe_unused]] const std::string& base_
     const YamlWalker& w, Config& c) {
   if (root["jobs"]) {
     const auto& j = root["jobs"];
-    w.ExpectKeys(j, "jobs", {"lease", "replace_timeout"});
+    w.ExpectKeys(j, "jobs", {"lease", "replace_timeout", "takeover_after", "takeover_stagger"});
     if (j["lease"]) c.jobs.lease_ms = w.Duration(j["lease"], "jobs.lease");
     if (j["replace_timeout"]) {
       c.jobs.replace_timeout_ms = w.Duration(j["replace_timeout"], "jobs.replace_timeout");
@@ -207,6 +207,24 @@ void ParseJobs(const YAML::Node& root, [[maybe_unused]] const std::string& base_
   }
   if (c.jobs.lease_ms == 0) c.jobs.lease_ms = std::max<int64_t>(3000, 5 * c.advertise.interval_ms);
   if (c.jobs.lease_ms < 1000) w.Fail(root["jobs"]["lease"], "\"jobs.lease\" must be at least 1s");
+  const YAML::Node j = root["jobs"] ? root["jobs"] : YAML::Node();
+  if (j["takeover_after"]) {
+    const auto& t = j["takeover_after"];
+    c.jobs.takeover_after_ms = t.IsScalar() && t.Scalar() == "off"
+                                   ? 0
+                                   : w.Duration(t, "jobs.takeover_after");
+    if (c.jobs.takeover_after_ms != 0 && c.jobs.takeover_after_ms < 2 * c.jobs.lease_ms) {
+      w.Fail(t, "\"jobs.takeover_after\" must be \"off\" or at least two leases (jobs.lease)");
+    }
+  }
+  if (c.jobs.takeover_after_ms < 0) c.jobs.takeover_after_ms = 3 * c.jobs.lease_ms;
+  if (j["takeover_stagger"]) {
+    c.jobs.takeover_stagger_ms = w.Duration(j["takeover_stagger"], "jobs.takeover_stagger");
+    if (c.jobs.takeover_stagger_ms < c.jobs.lease_ms / 2) {
+      w.Fail(j["takeover_stagger"], "\"jobs.takeover_stagger\" must be at least half a lease");
+    }
+  }
+  if (c.jobs.takeover_stagger_ms < 0) c.jobs.takeover_stagger_ms = c.jobs.lease_ms;
 }
 
 void ParseApi(const YAML::Node& root, [[maybe_unused]] const std::string& base_dir,

@@ -81,6 +81,15 @@ class Coordinator {
   void PlacePass();
   void RenewPass();
 
+  // coordinator_moved.cc: a job this site took over (coordinator takeover),
+  // written into its store at its new term; `grants` (a majority of the
+  // members') go with its renewals until every site accepted them.
+  // FAILED_PRECONDITION when the store has the job at that term already.
+  absl::Status Adopt(JobRecord job, std::vector<v1::SignedGrant> grants);
+  // Jobs taken over by this site, and handed over by it, since start.
+  uint64_t takeovers() const { return takeovers_; }
+  uint64_t stepped_down() const { return stepped_down_; }
+
   // For benchmarks and tests: renewal passes done, and the longest time a
   // running slice went without a successful renewal, among sites that answered.
   uint64_t renew_passes() const { return renew_passes_; }
@@ -142,6 +151,20 @@ class Coordinator {
   // `local`, made after the remote ones are out).
   void AskRenewal(RenewWork* w, const std::set<std::string>& down, FanOut* fan,
                   std::vector<std::function<void()>>* local);
+  // coordinator_moved.cc: the grants of a job taken over, on a renewal to a
+  // site that has not accepted them yet, and which sites did.
+  void AttachGrants(const JobRecord& job, const std::string& site, v1::SliceStatusRequest* req);
+  void GrantsAnswered(const JobRecord& job, const v1::RunPlan& run,
+                      const std::vector<absl::StatusOr<v1::SliceStatusResponse>>& answers);
+  // True (and the job handed over) when a site says its term moved on to
+  // another coordinator; answers of sites past the term count as silent.
+  bool StepDownIfMoved(JobRecord job,
+                       std::vector<absl::StatusOr<v1::SliceStatusResponse>>* answers,
+                       int64_t now);
+  // Whether this pass heard a majority of the job's members (always, for a
+  // job that cannot be taken over): without it nothing about the job changes.
+  bool HearsMajority(const JobRecord& job, const v1::RunPlan& run,
+                     const std::vector<absl::StatusOr<v1::SliceStatusResponse>>& answers);
   void Judge(JobRecord job, const v1::RunPlan& run,
              const std::vector<absl::StatusOr<v1::SliceStatusResponse>>& answers, int64_t now);
   // coordinator_replace.cc: recovery: replace. The verdict on a renewal
@@ -205,11 +228,22 @@ class Coordinator {
   std::map<std::string, std::map<std::string, uint64_t>> copy_acked_;
   // Checkpoint copies to ask for at the next renewal: job -> holder -> sites.
   std::map<std::string, std::map<std::string, std::vector<std::string>>> copy_asks_;  // renewal
+  // Jobs taken over here whose grants not every site has accepted yet.
+  struct Grants {
+    uint64_t term = 0;
+    std::vector<v1::SignedGrant> grants;
+    std::set<std::string> accepted;  // sites that answered at the term
+  };
+  std::mutex grants_mu_;
+  std::map<std::string, Grants> grants_ ABSL_GUARDED_BY(grants_mu_);  // by job id
+  std::set<std::string> frozen_;  // jobs without a majority (renewal thread)
+  std::atomic<uint64_t> takeovers_{0}, stepped_down_{0};
   std::atomic<uint64_t> renew_passes_{0};
   std::atomic<int64_t> worst_gap_ms_{0};
   std::mutex wake_mu_;
   std::condition_variable wake_;
   bool place_now_ ABSL_GUARDED_BY(wake_mu_) = false;
+  bool renew_now_ ABSL_GUARDED_BY(wake_mu_) = false;
   std::atomic<bool> stop_{false};
   std::thread placer_, renewer_;
   // Reservations waiting for their sites to stage datasets, each on a thread

@@ -1,6 +1,7 @@
 // The key every reservation message of a job's attempt carries.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "fedgate/v1/federation.pb.h"
@@ -14,7 +15,7 @@ inline v1::ReservationKey Key(const JobRecord& job, uint64_t epoch) {
   k.set_job_id(job.id);
   k.set_attempt(job.attempt);
   k.set_epoch(epoch);
-  k.set_term(kFirstTerm);  // no takeover yet: every job is at its first term
+  k.set_term(std::max<uint64_t>(job.term, kFirstTerm));
   return k;
 }
 

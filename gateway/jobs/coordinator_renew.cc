@@ -5,6 +5,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
+#include <utility>
 #include <set>
 
 #include "base/str_cat.h"
@@ -27,7 +29,11 @@ void Coordinator::RenewLoop() {
     const int64_t t0 = core_->clock()->NowMs();
     RenewPass();
     const int64_t spent = core_->clock()->NowMs() - t0;
-    Sleep(std::max<int64_t>(20, lease_ms_ / 5 - spent));
+    // A job just taken over is renewed at once (its sites hear the new
+    // coordinator before a later successor's turn comes).
+    std::unique_lock lock(wake_mu_);
+    wake_.wait_for(lock, std::chrono::milliseconds(std::max<int64_t>(20, lease_ms_ / 5 - spent)),
+                   [&] { return stop_.load() || std::exchange(renew_now_, false); });
   }
 }
 
@@ -57,7 +63,10 @@ void Coordinator::RenewPass() {
   const int64_t now = core_->clock()->NowMs();
   std::set<std::string> running;
   for (auto& w : work) {
+    if (StepDownIfMoved(w->job, &w->answers, now)) continue;
     running.insert(w->job.id);
+    GrantsAnswered(w->job, w->run, w->answers);
+    if (!HearsMajority(w->job, w->run, w->answers)) continue;
     auto& acked = copy_acked_[w->job.id];
     for (int i = 0; i < w->run.sites_size() && i < static_cast<int>(w->answers.size()); ++i) {
       if (w->answers[i].ok()) acked[w->run.sites(i).site()] = w->answers[i]->copy_version();
@@ -102,6 +111,7 @@ void Coordinator::AskRenewal(RenewWork* w, const std::set<std::string>& down, Fa
         Key(w->job, i < w->run.sites_size() ? federation::SiteEpoch(w->run, i) : w->run.epoch());
     req.set_lease_ms(lease_ms_);
     if (i < w->run.sites_size()) {
+      AttachGrants(w->job, site, &req);
       const auto& acked = copy_acked_[w->job.id];
       const auto at = acked.find(site);
       if (at == acked.end() || at->second < w->job.version) {
@@ -133,8 +143,11 @@ void Coordinator::Judge(JobRecord job, const v1::RunPlan& run,
     JudgeReplace(std::move(job), run, answers, now);
     return;
   }
-  const RenewVerdict v = federation::JudgeRenewal(job.spec, job.attempt, run, answers, now,
-                                                  lease_ms_, &last_ok_[job.id]);
+  // A site is lost only once its slice has surely stopped (past its fence).
+  const RenewVerdict v =
+      federation::JudgeRenewal(job.spec, job.attempt, run, answers, now,
+                               SiteLostAfterMs(run, core_->config().site, lease_ms_),
+                               &last_ok_[job.id]);
   int64_t worst = worst_gap_ms_.load();
   while (v.worst_gap_ms > worst && !worst_gap_ms_.compare_exchange_weak(worst, v.worst_gap_ms)) {
   }

@@ -13,6 +13,7 @@
 #include "federation/round_verdict.h"
 #include "federation/world_restart.h"
 #include "gateway/jobs/coordinator.h"
+#include "gateway/jobs/job_copy.h"
 #include "gateway/jobs/coordinator_key.h"
 #include "gateway/jobs/fan_out.h"
 #include "gateway/jobs/job_story.h"
@@ -46,7 +47,8 @@ void Coordinator::JudgeReplace(JobRecord job, v1::RunPlan run,
   const uint32_t restart_before = run.restart();
   const bool was_replacing = run.has_replacing();
   const WorldVerdict v =
-      federation::JudgeWorld(job.spec, now, lease_ms_, core_->config().jobs.replace_timeout_ms,
+      federation::JudgeWorld(job.spec, now, SiteLostAfterMs(run, core_->config().site, lease_ms_),
+                             core_->config().jobs.replace_timeout_ms,
                              answers, &last_ok_[job.id], gbps, &run);
   copy_asks_[job.id] = v.copy_to;
   int64_t worst = worst_gap_ms_.load();

@@ -151,6 +151,8 @@ v1::RunPlan Coordinator::VirtualCluster(const v1::PlanResponse& plan, const JobR
            job.id, federation::JobMembers(core_->config().site, vc_sites, {}), up)) {
     next.add_witnesses(std::move(w));
   }
+  next.set_takeover_after_ms(core_->config().jobs.takeover_after_ms);
+  next.set_takeover_stagger_ms(core_->config().jobs.takeover_stagger_ms);
   return next;
 }
 

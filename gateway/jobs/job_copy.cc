@@ -1,6 +1,10 @@
 #include "gateway/jobs/job_copy.h"
 
+#include <algorithm>
+
 #include "base/str_cat.h"
+#include "federation/coordinator_term.h"
+#include "gateway/jobs/participant_limits.h"
 
 namespace fedgate::gateway {
 
@@ -16,8 +20,8 @@ v1::Job JobOf(const JobRecord& r, const std::string& coordinator) {
   j.set_created_at_unix_ms(r.created_at_unix_ms);
   j.set_updated_at_unix_ms(r.updated_at_unix_ms);
   if (!r.run.empty()) j.mutable_run()->ParseFromString(r.run);
-  j.set_coordinator(coordinator);
-  j.set_term(kFirstTerm);
+  j.set_coordinator(r.moved_to.empty() ? coordinator : r.moved_to);
+  j.set_term(std::max<uint64_t>(r.term, kFirstTerm));
   return j;
 }
 
@@ -53,6 +57,37 @@ absl::StatusOr<v1::Job> CheckCopy(const v1::JobCopy& copy, const std::string& jo
     return absl::InvalidArgumentError(StrCat("the copy of job ", job_id, " has no term"));
   }
   return j;
+}
+
+std::vector<std::string> MembersOf(const v1::RunPlan& run, const std::string& coordinator) {
+  if (run.members_size() > 0) {
+    return federation::JobMembers("", {}, {run.members().begin(), run.members().end()});
+  }
+  std::vector<std::string> sites;
+  for (const auto& s : run.sites()) sites.push_back(s.site());
+  return federation::JobMembers(coordinator, sites,
+                                {run.witnesses().begin(), run.witnesses().end()});
+}
+
+std::vector<std::string> SuccessorsOf(const v1::RunPlan& run, const std::string& coordinator) {
+  if (run.takeover_after_ms() <= 0 || run.witnesses_size() > 0) return {};
+  const auto members = MembersOf(run, coordinator);
+  if (members.size() < 3) return {};
+  std::vector<std::string> in_rank_order;
+  for (const auto& s : run.sites()) in_rank_order.push_back(s.site());
+  return federation::SuccessionOrder(in_rank_order, members, coordinator);
+}
+
+int64_t SliceFenceMs(const v1::RunPlan& run, const std::string& coordinator, int64_t lease_ms) {
+  return federation::TakeoverFenceMs(SuccessorsOf(run, coordinator).size(),
+                                     run.takeover_after_ms(), run.takeover_stagger_ms(), lease_ms);
+}
+
+int64_t SiteLostAfterMs(const v1::RunPlan& run, const std::string& coordinator, int64_t lease_ms) {
+  const int64_t fence = SliceFenceMs(run, coordinator, lease_ms);
+  if (fence == lease_ms) return lease_ms;  // no takeover: the lease alone, as ever
+  return federation::SliceLostAfterMs(0, fence, participant_limits::kKillGraceMs,
+                                      kAllowedClockSkewMs);
 }
 
 }  // namespace fedgate::gateway

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "fedgate/v1/federation.pb.h"
@@ -16,6 +17,10 @@ namespace fedgate::gateway {
 
 // A job's term from its submit; only a takeover raises it.
 inline constexpr uint64_t kFirstTerm = 1;
+
+// How far two gateways' clocks may run apart over one fence (rate, not
+// wall time: every side times its own durations).
+inline constexpr int64_t kAllowedClockSkewMs = 1000;
 
 // The job as the API shows it, coordinated by `coordinator` (no placement).
 v1::Job JobOf(const JobRecord& r, const std::string& coordinator);
@@ -29,5 +34,25 @@ v1::JobCopy CopyOf(const JobRecord& r, const std::string& coordinator, const v1:
 // another coordinator than the sender is refused.
 absl::StatusOr<v1::Job> CheckCopy(const v1::JobCopy& copy, const std::string& job_id,
                                   const std::string& tenant, const std::string& from);
+
+// The members of the job whose world is `run`: coordinator, sites, witnesses.
+std::vector<std::string> MembersOf(const v1::RunPlan& run, const std::string& coordinator);
+
+// Who may take the job over, in order (empty = nobody): only where the
+// coordinator allowed takeovers (run.takeover_after_ms) and at least three
+// members keep the job's record. Witnesses keep none yet, so a job with
+// witnesses is not taken over (docs/coordinator_takeover.md).
+std::vector<std::string> SuccessorsOf(const v1::RunPlan& run, const std::string& coordinator);
+
+// How long a site keeps a slice of `run` running without a renewal: the
+// lease, or, when the job may be taken over, until its last successor
+// could have taken over and renewed it.
+int64_t SliceFenceMs(const v1::RunPlan& run, const std::string& coordinator, int64_t lease_ms);
+
+// How long a coordinator waits without hearing a site before it calls the
+// site's slice lost: the lease, or, when the job may be taken over, past
+// the site's fence, its stop grace and the allowed clock skew, so the lost
+// slice's ranks have surely stopped before anything replaces them.
+int64_t SiteLostAfterMs(const v1::RunPlan& run, const std::string& coordinator, int64_t lease_ms);
 
 }  // namespace fedgate::gateway

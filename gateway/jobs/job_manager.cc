@@ -258,6 +258,12 @@ absl::StatusOr<v1::CancelJobResponse> JobManager::Cancel(const Identity& caller,
       return absl::FailedPreconditionError(
           StrCat("job ", r->id, " already ended (", federation::JobStateName(r->state), ")"));
     }
+    if (!r->moved_to.empty()) {
+      // Taken over: only its coordinator at the current term can stop it.
+      return absl::FailedPreconditionError(StrCat("job ", r->id, " is coordinated by ",
+                                                  r->moved_to, " since term ", r->term,
+                                                  ": cancel it at ", r->moved_to));
+    }
     JobRecord next = *r;
     next.state = JobState::kCancelled;
     next.reason = reason;

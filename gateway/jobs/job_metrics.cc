@@ -52,6 +52,9 @@ void DescribeJobMetrics(Metrics* metrics) {
                        {1, 2, 4, 8, 16, 32, 64, 128});
   metrics->Describe("fedgate_job_oldest_pending_seconds", "gauge",
                        "Age of the oldest PENDING job (0 when none waits).");
+  metrics->Describe("fedgate_job_coordination_moves_total", "counter",
+                       "Coordinator takeovers since start: jobs this site took over "
+                       "(direction=\"in\") and jobs taken over from it (direction=\"out\").");
 }
 
 void WireJobMetrics(Metrics* metrics, JobStore* store, Coordinator* coordinator,
@@ -80,6 +83,9 @@ void WireJobMetrics(Metrics* metrics, JobStore* store, Coordinator* coordinator,
     m.Set("fedgate_coordinator_renew_passes_total", {}, static_cast<double>(c->renew_passes()));
     m.Set("fedgate_coordinator_worst_renew_gap_seconds", {}, c->worst_renew_gap_ms() / 1000.0);
     m.Set("fedgate_coordinator_lease_seconds", {}, c->lease_ms() / 1000.0);
+    m.SetFamily("fedgate_job_coordination_moves_total",
+                {{{{"direction", "in"}}, static_cast<double>(c->takeovers())},
+                 {{{"direction", "out"}}, static_cast<double>(c->stepped_down())}});
     m.Set("fedgate_sqlite_memory_bytes", {}, static_cast<double>(sqlite3_memory_used()));
     const struct mallinfo2 heap = mallinfo2();  // every arena, mmapped blocks included
     m.SetFamily("fedgate_heap_bytes",

@@ -322,7 +322,16 @@ absl::StatusOr<v1::SliceStatusResponse> Participant::Status(const std::string& f
   std::optional<StoredJobTerm> new_term;
   {
     std::lock_guard lock(mu_);
-    if (auto st = CheckTermLocked(req.key(), from, grants, &new_term); !st.ok()) return st;
+    if (auto st = CheckTermLocked(req.key(), from, grants, &new_term); !st.ok()) {
+      // A renewal of an older term: answered with the job's term and
+      // coordinator here, so the old coordinator steps down (nothing renewed).
+      auto it = copies_.find(req.key().job_id());
+      if (!absl::IsFailedPrecondition(st) || it == copies_.end()) return st;
+      resp.set_moved_term(it->second.term.term);
+      resp.set_moved_to(it->second.term.coordinator);
+      resp.set_message(std::string(st.message()));
+      return resp;
+    }
     if (auto st = StatusLocked(from, req, &resp, &checkpoints); !st.ok()) return st;
   }
   // A term accepted is stored before the new coordinator hears so.

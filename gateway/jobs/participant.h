@@ -116,7 +116,29 @@ class Participant {
     uint64_t version = 0;
     federation::TermState term;
     std::vector<std::string> members;
+    // Who may take the job over, in order (empty: nobody), and when
+    // (the record's run plan: SuccessorsOf).
+    std::vector<std::string> successors;
+    int64_t takeover_after_ms = 0;
+    int64_t stagger_ms = 0;
   };
+  // A job whose coordinator this site has not heard for as long as this
+  // site's place in the succession asks it to wait: this site may ask the
+  // members to let it take over at `term` + 1.
+  struct TakeoverDue {
+    std::string job_id;
+    uint64_t term = 0;
+    std::string coordinator;  // "" while undecided
+    std::vector<std::string> members;
+    int64_t silent_ms = 0;
+    uint64_t version = 0;  // of the kept record
+  };
+  std::vector<TakeoverDue> TakeoversDue();
+  // This site won `term` of the job with `grants`: its own record follows it
+  // at once (stored), so it never grants the term after to anyone while it
+  // coordinates (stickiness holds for the winner too).
+  absl::Status TakeLead(const std::string& job_id, uint64_t term,
+                        const std::vector<v1::SignedGrant>& grants);
   // Calls and copies refused for their term or content, by reason: "stale"
   // (an older term), "hostile" (a term or caller the record does not
   // grant), "bad_copy" (a record of another job, tenant or coordinator).
@@ -264,6 +286,10 @@ class Participant {
   // `grants` (verified) let a call move the record to a higher term: the
   // job's holds then belong to `from`, and `*persist` is what to store
   // before answering.
+  // How much longer than its lease a slice of the job runs unrenewed: the
+  // time a takeover needs, when the job may be taken over (else 0).
+  int64_t FenceExtraLocked(const std::string& job_id, int64_t lease_ms) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckTermLocked(const v1::ReservationKey& key, const std::string& from,
                                const std::vector<federation::Grant>& grants = {},
                                std::optional<StoredJobTerm>* persist = nullptr)

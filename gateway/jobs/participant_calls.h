@@ -36,6 +36,13 @@ class ParticipantCalls {
     (void)site, (void)req, (void)timeout_ms;
     done(absl::UnimplementedError("no staging here"));
   }
+  // A member of a job asks another member for its vote (coordinator
+  // takeover; fakes need not).
+  virtual void Vote(const std::string& site, v1::VoteRequest req, int64_t timeout_ms,
+                    Done<v1::VoteResponse> done) {
+    (void)site, (void)req, (void)timeout_ms;
+    done(absl::UnimplementedError("no votes here"));
+  }
 };
 
 }  // namespace fedgate::gateway

@@ -113,6 +113,7 @@ FEDGATE_PARTICIPANT_CALL(ReadLog, ReadLog, ReadLogRequest, ReadLogResponse,
 FEDGATE_PARTICIPANT_CALL(ListUsage, ListUsage, ListUsageRequest, ListUsageResponse,
                          local_->ListUsage(from, req))
 FEDGATE_PARTICIPANT_CALL(Stage, Stage, StageRequest, StageResponse, local_->Stage(from, req))
+FEDGATE_PARTICIPANT_CALL(Vote, RequestVote, VoteRequest, VoteResponse, local_->Vote(from, req))
 #undef FEDGATE_PARTICIPANT_CALL
 
 }  // namespace fedgate::gateway

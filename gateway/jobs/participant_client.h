@@ -48,6 +48,8 @@ class ParticipantClient final : public ParticipantCalls {
                  Done<v1::ListUsageResponse> done);
   void Stage(const std::string& site, v1::StageRequest req, int64_t timeout_ms,
              Done<v1::StageResponse> done) override;
+  void Vote(const std::string& site, v1::VoteRequest req, int64_t timeout_ms,
+            Done<v1::VoteResponse> done) override;
 
   // Waits (at most `timeout_ms`) until no call is in flight: calls end by
   // their deadlines, so shutdown leaves no call (or its memory) behind.

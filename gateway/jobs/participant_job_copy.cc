@@ -6,6 +6,8 @@
 // the record's are refused (federation::AcceptCoordinatorCall).
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "base/str_cat.h"
 #include "gateway/security/ad_signing.h"
 #include "gateway/jobs/job_copy.h"
@@ -19,10 +21,10 @@ Participant::KeptCopy KeptOf(const v1::Job& job, uint64_t version) {
   k.version = version;
   k.term.term = job.term();
   k.term.coordinator = job.coordinator();
-  std::vector<std::string> sites;
-  for (const auto& s : job.run().sites()) sites.push_back(s.site());
-  k.members = federation::JobMembers(job.coordinator(), sites,
-                                     {job.run().witnesses().begin(), job.run().witnesses().end()});
+  k.members = MembersOf(job.run(), job.coordinator());
+  k.successors = SuccessorsOf(job.run(), job.coordinator());
+  k.takeover_after_ms = job.run().takeover_after_ms();
+  k.stagger_ms = job.run().takeover_stagger_ms();
   return k;
 }
 
@@ -160,6 +162,46 @@ uint64_t Participant::KeepJobCopy(const std::string& from, const v1::Reservation
     kept.term.heard_ms = std::max(was.heard_ms, clock_->NowMs());
   }
   return kept.version;
+}
+
+std::vector<Participant::TakeoverDue> Participant::TakeoversDue() {
+  std::vector<TakeoverDue> out;
+  std::lock_guard lock(mu_);
+  const int64_t now = clock_->NowMs();
+  for (const auto& [id, k] : copies_) {
+    const auto at = std::find(k.successors.begin(), k.successors.end(), config_.site);
+    if (at == k.successors.end() || k.term.coordinator == config_.site) continue;
+    const int64_t wait = federation::TakeoverDelayMs(
+        static_cast<int>(at - k.successors.begin()), k.takeover_after_ms, k.stagger_ms);
+    if (now - k.term.heard_ms < wait) continue;
+    out.push_back({id, k.term.term, k.term.coordinator, k.members, now - k.term.heard_ms,
+                   k.version});
+  }
+  return out;
+}
+
+absl::Status Participant::TakeLead(const std::string& job_id, uint64_t term,
+                                   const std::vector<v1::SignedGrant>& grants) {
+  google::protobuf::RepeatedPtrField<v1::SignedGrant> signed_grants(grants.begin(), grants.end());
+  const auto verified = VerifyGrants(signed_grants);
+  v1::ReservationKey key;
+  key.set_job_id(job_id);
+  key.set_term(term);
+  std::optional<StoredJobTerm> persist;
+  {
+    std::lock_guard lock(mu_);
+    if (auto st = CheckTermLocked(key, config_.site, verified, &persist); !st.ok()) return st;
+  }
+  return PersistTerm(job_id, persist);
+}
+
+int64_t Participant::FenceExtraLocked(const std::string& job_id, int64_t lease_ms) const {
+  auto it = copies_.find(job_id);
+  if (it == copies_.end() || it->second.successors.empty()) return 0;
+  const KeptCopy& k = it->second;
+  return federation::TakeoverFenceMs(k.successors.size(), k.takeover_after_ms, k.stagger_ms,
+                                     lease_ms) -
+         lease_ms;
 }
 
 absl::StatusOr<std::optional<v1::Job>> Participant::JobFromCopy(const std::string& job_id) const {

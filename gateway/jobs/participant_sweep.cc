@@ -84,8 +84,10 @@ void Participant::SweepSliceLocked(Slice* s, int64_t now, SweepOutcome* out) {
   if (s->state == SliceState::RUNNING && any_failed && !s->stopping) {
     StopSliceLocked(s, "a rank failed", 0, s->keep_hold);
   }
-  if (s->state == SliceState::RUNNING && !s->stopping && now > s->lease_deadline_ms) {
-    // The coordinator went silent past the lease: stop and free the GPUs.
+  if (s->state == SliceState::RUNNING && !s->stopping &&
+      now > s->lease_deadline_ms + FenceExtraLocked(job, s->lease_ms)) {
+    // The coordinator went silent past the lease (and no successor took
+    // the job over in the time that allows): stop and free the GPUs.
     StopSliceLocked(s, "lease expired: the coordinator stopped renewing it");
   }
   if (s->stopping && !all_exited && now > s->kill_at_ms) {

@@ -25,7 +25,7 @@ constexpr federation::JobState kAllStates[] = {
 
 constexpr const char* kColumns =
     "id, tenant, idempotency_key, spec, state, attempt, reason, created_at_unix_ms, "
-    "updated_at_unix_ms, run, version";
+    "updated_at_unix_ms, run, version, term, coordinator";
 
 JobRecord Row(sqlite3_stmt* s) {
   JobRecord r;
@@ -43,6 +43,8 @@ JobRecord Row(sqlite3_stmt* s) {
   r.run.assign(static_cast<const char*>(sqlite3_column_blob(s, 9)) ?: "",
                static_cast<size_t>(sqlite3_column_bytes(s, 9)));
   r.version = static_cast<uint64_t>(sqlite3_column_int64(s, 10));
+  r.term = static_cast<uint64_t>(sqlite3_column_int64(s, 11));
+  r.moved_to = ColText(s, 12);
   return r;
 }
 
@@ -207,7 +209,8 @@ void JobStore::SubmitAsync(JobRecord job,
           }
         }
         SqlStmt ins(db, StrCat("INSERT INTO jobs(", kColumns,
-                               ", name) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?11, 0, ?10);")
+                               ", name) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?11, 0, "
+                               "?12, '', ?10);")
                             .c_str());
         if (!ins.ok()) return SqlError(db, "insert");
         ins.Text(1, job.id);
@@ -225,6 +228,7 @@ void JobStore::SubmitAsync(JobRecord job,
         ins.Int(9, job.updated_at_unix_ms);
         ins.Text(10, job.spec.name());
         ins.Blob(11, job.run);
+        ins.Int(12, static_cast<int64_t>(job.term));
         if (sqlite3_step(ins.get()) != SQLITE_DONE) return SqlError(db, "insert");
         if (auto st = InsertEvents(db, job.id, job.new_events); !st.ok()) return st;
         *out = {job, true};
@@ -325,7 +329,9 @@ absl::StatusOr<std::vector<JobRecord>> JobStore::ListAllActive() {
       if (federation::IsTerminal(st)) continue;
       active += StrCat(active.empty() ? "'" : ", '", federation::JobStateName(st), "'");
     }
-    return StrCat("SELECT ", kColumns, " FROM jobs WHERE state IN (", active, ");");
+    // A job that moved to another coordinator is driven there.
+    return StrCat("SELECT ", kColumns, " FROM jobs WHERE state IN (", active,
+                  ") AND coordinator = '';");
   }();
   SqlStmt st(reader_, sql.c_str());
   if (!st.ok()) return SqlError(reader_, "list active");
@@ -358,7 +364,8 @@ absl::Status JobStore::Save(JobRecord* job, federation::JobActor who) {
     }
     SqlStmt up(db,
                "UPDATE jobs SET state = ?2, reason = ?3, attempt = ?4, run = ?5, "
-               "updated_at_unix_ms = ?6, version = version + 1 WHERE id = ?1 AND version = ?7;");
+               "updated_at_unix_ms = ?6, version = version + 1, term = ?8, coordinator = ?9 "
+               "WHERE id = ?1 AND version = ?7;");
     if (!up.ok()) return SqlError(db, "save");
     up.Text(1, job->id);
     up.Text(2, std::string(federation::JobStateName(job->state)));
@@ -367,6 +374,8 @@ absl::Status JobStore::Save(JobRecord* job, federation::JobActor who) {
     up.Blob(5, job->run);
     up.Int(6, job->updated_at_unix_ms);
     up.Int(7, static_cast<int64_t>(job->version));
+    up.Int(8, static_cast<int64_t>(job->term));
+    up.Text(9, job->moved_to);
     if (sqlite3_step(up.get()) != SQLITE_DONE) return SqlError(db, "save");
     return InsertEvents(db, job->id, job->new_events);
   });
@@ -375,6 +384,38 @@ absl::Status JobStore::Save(JobRecord* job, federation::JobActor who) {
     job->new_events.clear();
     if (on_write_) on_write_(job->id);
   }
+  return st;
+}
+
+absl::Status JobStore::Adopt(JobRecord job) {
+  absl::Status st = Enqueue([&](sqlite3* db) -> absl::Status {
+    SqlStmt ins(db, StrCat("INSERT INTO jobs(", kColumns,
+                           ", name) VALUES(?1, ?2, NULL, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, '', "
+                           "?12) ON CONFLICT(id) DO UPDATE SET state = ?4, attempt = ?5, "
+                           "reason = ?6, updated_at_unix_ms = ?8, run = ?9, version = ?10, "
+                           "term = ?11, coordinator = '' WHERE jobs.term < ?11;")
+                        .c_str());
+    if (!ins.ok()) return SqlError(db, "adopt");
+    ins.Text(1, job.id);
+    ins.Text(2, job.tenant);
+    ins.Blob(3, job.spec.SerializeAsString());
+    ins.Text(4, std::string(federation::JobStateName(job.state)));
+    ins.Int(5, job.attempt);
+    ins.Text(6, job.reason);
+    ins.Int(7, job.created_at_unix_ms);
+    ins.Int(8, job.updated_at_unix_ms);
+    ins.Blob(9, job.run);
+    ins.Int(10, static_cast<int64_t>(job.version));
+    ins.Int(11, static_cast<int64_t>(job.term));
+    ins.Text(12, job.spec.name());
+    if (sqlite3_step(ins.get()) != SQLITE_DONE) return SqlError(db, "adopt");
+    if (sqlite3_changes(db) == 0) {
+      return absl::FailedPreconditionError(
+          StrCat("job ", job.id, " is at term ", job.term, " or later here already"));
+    }
+    return InsertEvents(db, job.id, job.new_events);
+  });
+  if (st.ok() && on_write_) on_write_(job.id);
   return st;
 }
 

@@ -49,6 +49,10 @@ struct JobRecord {
   int64_t updated_at_unix_ms = 0;
   std::string run;  // serialized v1::RunPlan, "" before the first attempt
   uint64_t version = 0;  // bumped by every write; Save compares it
+  uint64_t term = 1;     // the coordination term (a takeover raises it)
+  // Who coordinates the job when this site no longer does (it moved at
+  // `term`); "" = this site does.
+  std::string moved_to;
   // Written by the next Submit or Save in the same transaction as the row
   // (a state and the event that says why land together), then cleared.
   std::vector<JobStoryEvent> new_events;
@@ -81,6 +85,11 @@ class JobStore {
   // the state machine lets `who` move the stored state to `job->state` (else
   // FAILED_PRECONDITION). On success `job->version` is the new version.
   absl::Status Save(JobRecord* job, federation::JobActor who);
+  // Writes a job taken over by this site (coordinator takeover) as its
+  // record says, events included: a new row, or one of an older term.
+  // FAILED_PRECONDITION, nothing written, when the row is at `job.term` or
+  // later already.
+  absl::Status Adopt(JobRecord job);
   // Appends events to a job's story without touching the job (progress that
   // is no change of state); durable on return. FAILED_PRECONDITION, and
   // nothing written, once the job has ended: its story ends with "finished".

@@ -69,6 +69,10 @@ const char* const kMigrations[] = {
     "ALTER TABLE job_copies ADD COLUMN term INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE job_copies ADD COLUMN coordinator TEXT NOT NULL DEFAULT '';"
     "ALTER TABLE job_copies ADD COLUMN voted_for TEXT NOT NULL DEFAULT '';",
+    // 14: a job's coordination term here, and who coordinates it when this
+    // site no longer does ('' = this site: it was submitted or taken over here).
+    "ALTER TABLE jobs ADD COLUMN term INTEGER NOT NULL DEFAULT 1;"
+    "ALTER TABLE jobs ADD COLUMN coordinator TEXT NOT NULL DEFAULT '';",
 };
 
 }  // namespace

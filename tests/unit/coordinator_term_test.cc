@@ -177,5 +177,15 @@ TEST(CoordinatorTerm, ASliceIsLostOnlyAfterItsSiteHasSurelyStoppedIt) {
   EXPECT_EQ(SliceLostAfterMs(7'000, 3'000, 5'000, 1'000), 16'000);
 }
 
+TEST(CoordinatorTerm, ASliceOutlivesItsLeaseUntilTheLastSuccessorCouldHaveRenewedIt) {
+  // Two successors: the second asks at 9 s + 1.5 s and renews within a lease.
+  EXPECT_EQ(TakeoverFenceMs(2, 9000, 1500, 3000), 13'500);
+  EXPECT_GT(TakeoverFenceMs(2, 9000, 1500, 3000),
+            TakeoverDelayMs(1, 9000, 1500) + 3000 - 1);
+  EXPECT_EQ(TakeoverFenceMs(1, 9000, 1500, 3000), 12'000);
+  // Nobody to take over: the lease alone.
+  EXPECT_EQ(TakeoverFenceMs(0, 9000, 1500, 3000), 3000);
+}
+
 }  // namespace
 }  // namespace fedgate::federation

@@ -195,6 +195,52 @@ TEST_F(JobStoreTest, EventsLandWithTheirWriteAndOnlyWithIt) {
   EXPECT_EQ((*after)[0].type, "staging");
 }
 
+TEST_F(JobStoreTest, ATakenOverJobIsWrittenOnceAtItsTermAndAMovedOneIsNoLongerDriven) {
+  JobRecord r = Job("vision", "");
+  r.state = JobState::kRunning;
+  r.attempt = 1;
+  r.run = "plan";
+  r.version = 7;  // newer than every site's copy
+  r.term = 2;
+  r.new_events.push_back({5, "coordinator_moved", "cn-b", "term 2", 0});
+  ASSERT_TRUE(jobs_->Adopt(r).ok());
+  EXPECT_EQ(jobs_->Adopt(r).code(), absl::StatusCode::kFailedPrecondition) << "term 2 is here";
+  auto got = jobs_->Get(r.id);
+  ASSERT_TRUE(got.ok() && got->has_value());
+  EXPECT_EQ((*got)->term, 2u);
+  EXPECT_EQ((*got)->version, 7u);
+  EXPECT_EQ((*got)->run, "plan");
+  EXPECT_TRUE((*got)->moved_to.empty()) << "this site coordinates it";
+  EXPECT_TRUE((*got)->idempotency_key.empty());
+  ASSERT_EQ(jobs_->Events(r.id, 0, 10)->size(), 1u);
+  auto active = jobs_->ListAllActive();
+  ASSERT_EQ(active->size(), 1u);
+
+  // Taken over again from here: the row names the coordinator, keeps its
+  // state, and the loops no longer see it.
+  JobRecord moved = **got;
+  moved.term = 3;
+  moved.moved_to = "cn-c";
+  ASSERT_TRUE(jobs_->Save(&moved, JobActor::kCoordinator).ok());
+  EXPECT_TRUE(jobs_->ListAllActive()->empty());
+  jobs_.reset();
+  jobs_ = std::move(*JobStore::Open(dir_ / "fedgate.db"));
+  got = jobs_->Get(r.id);
+  EXPECT_EQ((*got)->moved_to, "cn-c");
+  EXPECT_EQ((*got)->term, 3u);
+  EXPECT_EQ((*got)->state, JobState::kRunning);
+  // A later term taken over back here replaces the row; an older one does not.
+  r.term = 2;
+  EXPECT_EQ(jobs_->Adopt(r).code(), absl::StatusCode::kFailedPrecondition);
+  r.term = 4;
+  r.version = 9;
+  ASSERT_TRUE(jobs_->Adopt(r).ok());
+  got = jobs_->Get(r.id);
+  EXPECT_TRUE((*got)->moved_to.empty());
+  EXPECT_EQ((*got)->term, 4u);
+  EXPECT_EQ(jobs_->ListAllActive()->size(), 1u);
+}
+
 TEST_F(JobStoreTest, ProgressToldAfterTheEndIsRefusedSoTheStoryEndsWithIt) {
   JobRecord r = Job("vision", "");
   auto a = jobs_->Submit(r);

@@ -1,0 +1,183 @@
+#include "gateway/jobs/takeover.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+
+#include "base/str_cat.h"
+#include "federation/coordinator_term.h"
+#include "gateway/jobs/coordinator.h"
+#include "gateway/jobs/fan_out.h"
+#include "gateway/jobs/job_copy.h"
+#include "gateway/jobs/job_story.h"
+#include "gateway/jobs/participant_calls.h"
+#include "gateway/peering/core.h"
+
+namespace fedgate::gateway {
+
+Takeover::Takeover(GatewayCore* core, Participant* participant, ParticipantCalls* calls,
+                   Coordinator* coordinator)
+    : core_(core), participant_(participant), calls_(calls), coordinator_(coordinator) {}
+
+Takeover::~Takeover() { Stop(); }
+
+void Takeover::Start() {
+  thread_ = std::thread([this] {
+    const auto period = std::chrono::milliseconds(
+        std::max<int64_t>(100, core_->config().jobs.lease_ms / 5));
+    std::unique_lock lock(mu_);
+    while (!stop_) {
+      lock.unlock();
+      Pass();
+      lock.lock();
+      wake_.wait_for(lock, period, [&] { return stop_; });
+    }
+  });
+}
+
+void Takeover::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Takeover::Pass() {
+  std::set<std::string> due_ids;
+  for (const auto& due : participant_->TakeoversDue()) {
+    due_ids.insert(due.job_id);
+    Elect(due);
+  }
+  std::erase_if(next_try_ms_, [&](const auto& e) { return !due_ids.contains(e.first); });
+}
+
+std::vector<absl::StatusOr<v1::VoteResponse>> Takeover::AskAll(
+    const Participant::TakeoverDue& due, uint64_t term, bool pre_vote) {
+  const std::string& self = core_->config().site;
+  const int64_t timeout = std::max<int64_t>(500, core_->config().jobs.lease_ms / 4);
+  std::vector<absl::StatusOr<v1::VoteResponse>> out(due.members.size(),
+                                                    absl::UnavailableError("not asked"));
+  auto ask = [&](size_t i, FanOut* fan) {
+    v1::VoteRequest req;
+    req.set_job_id(due.job_id);
+    req.set_term(term);
+    req.set_pre_vote(pre_vote);
+    calls_->Vote(due.members[i], std::move(req), timeout, fan->Collect(&out[i]));
+  };
+  // This site's own vote first and on its own: a candidate stores its vote
+  // for itself before it asks anyone else for theirs.
+  const auto own = std::find(due.members.begin(), due.members.end(), self);
+  if (own != due.members.end()) {
+    FanOut fan;
+    ask(static_cast<size_t>(own - due.members.begin()), &fan);
+    fan.Wait();
+    const auto& a = out[own - due.members.begin()];
+    if (!a.ok() || !a->granted()) return out;
+  }
+  FanOut fan;
+  for (size_t i = 0; i < due.members.size(); ++i) {
+    if (due.members[i] != self) ask(i, &fan);
+  }
+  fan.Wait();
+  return out;
+}
+
+void Takeover::Elect(const Participant::TakeoverDue& due) {
+  const int64_t now = core_->clock()->NowMs();
+  if (auto it = next_try_ms_.find(due.job_id); it != next_try_ms_.end() && it->second > now) {
+    return;
+  }
+  // One try per lease: a lost election is tried again at a higher term.
+  next_try_ms_[due.job_id] = now + core_->config().jobs.lease_ms;
+  ++elections_;
+  const uint64_t term = due.term + 1;
+  const size_t majority = federation::Majority(due.members.size());
+  auto count = [](const std::vector<absl::StatusOr<v1::VoteResponse>>& answers) {
+    return static_cast<size_t>(std::count_if(answers.begin(), answers.end(), [](const auto& a) {
+      return a.ok() && a->granted();
+    }));
+  };
+  const auto pre = AskAll(due, term, true);
+  if (count(pre) < majority) {
+    spdlog::info("job {}: pre-vote for term {}: {} of {} members would grant it, no majority",
+                 due.job_id, term, count(pre), due.members.size());
+    return;
+  }
+  const auto votes = AskAll(due, term, false);
+  std::vector<v1::SignedGrant> grants;
+  for (const auto& a : votes) {
+    if (a.ok() && a->granted()) grants.push_back(a->grant());
+  }
+  if (grants.size() < majority) {
+    spdlog::info("job {}: term {}: {} of {} members granted it, no majority", due.job_id, term,
+                 grants.size(), due.members.size());
+    return;
+  }
+  // This site's own record first: from now on it hears itself, so it
+  // grants no later term to another member while it coordinates.
+  if (auto st = participant_->TakeLead(due.job_id, term, grants); !st.ok()) {
+    spdlog::warn("job {}: won term {} but the record here moved on: {}", due.job_id, term,
+                 std::string(st.message()));
+    return;
+  }
+  auto job = Adopted(due, term, grants.size());
+  if (!job.ok()) {
+    spdlog::error("job {}: won term {} but cannot take it over: {}", due.job_id, term,
+                  std::string(job.status().message()));
+    return;
+  }
+  if (auto st = coordinator_->Adopt(*std::move(job), std::move(grants)); !st.ok()) {
+    spdlog::error("job {}: won term {} but cannot store it: {}", due.job_id, term,
+                  std::string(st.message()));
+    return;
+  }
+  ++won_;
+  spdlog::warn("job {}: took it over at term {} ({} silent for {} ms)", due.job_id, term,
+               due.coordinator.empty() ? "undecided" : due.coordinator, due.silent_ms);
+}
+
+absl::StatusOr<JobRecord> Takeover::Adopted(const Participant::TakeoverDue& due, uint64_t term,
+                                            size_t granted) {
+  auto kept = participant_->JobFromCopy(due.job_id);
+  if (!kept.ok()) return kept.status();
+  if (!kept->has_value()) return absl::NotFoundError("the record is no longer kept here");
+  const v1::Job& j = **kept;
+  const auto state = federation::FromProto(j.state());
+  if (!state || *state != federation::JobState::kRunning) {
+    return absl::FailedPreconditionError(
+        StrCat("the record says ", v1::Job::State_Name(j.state()), ", not RUNNING"));
+  }
+  const std::string& self = core_->config().site;
+  const int64_t now = core_->clock()->NowMs();
+  JobRecord r;
+  r.id = j.id();
+  r.tenant = j.tenant();
+  r.spec = j.spec();
+  r.state = *state;
+  r.attempt = j.attempt();
+  r.created_at_unix_ms = j.created_at_unix_ms();
+  r.updated_at_unix_ms = now;
+  v1::RunPlan run = j.run();
+  if (run.members_size() == 0) {
+    // The members stay as they were: the old coordinator keeps its vote.
+    for (auto& m : MembersOf(run, j.coordinator())) run.add_members(std::move(m));
+  }
+  r.run = run.SerializeAsString();
+  r.version = due.version + 1;  // newer than every site's copy
+  r.term = term;
+  const std::string old = due.coordinator.empty() ? j.coordinator() : due.coordinator;
+  r.reason = StrCat("taken over by ", self, " at term ", term, ": ", old, " was silent for ",
+                    due.silent_ms / 1000, " s");
+  r.new_events.push_back(StoryEvent(
+      now, "coordinator_moved", self,
+      StrCat("term ", term, ": ", self, " coordinates the job with ", granted, " of ",
+             due.members.size(), " members' grants; ", old, " was silent for ",
+             due.silent_ms / 1000, " s")));
+  return r;
+}
+
+}  // namespace fedgate::gateway

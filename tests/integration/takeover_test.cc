@@ -1,0 +1,137 @@
+// Coordinator takeover with real gateways: a job's own sites take its
+// coordination over when its coordinator is lost for good, and a coordinator
+// that was only frozen learns at its return that the job moved.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <thread>
+
+#include "fedgate/v1/jobs.pb.h"
+#include "tests/support/jobs_fixture.h"
+
+namespace fedgate::testing {
+namespace {
+
+// Short, so a test sees the whole story in seconds: the first successor
+// asks 4 s after it last heard the coordinator.
+constexpr char kJobsYaml[] = "jobs: {lease: 2s, takeover_after: 4s, takeover_stagger: 1s}\n";
+constexpr int64_t kTakeoverAfterMs = 4000;
+
+class CoordinatorTakeover : public JobsTest {
+ protected:
+  // site-a coordinates (its H100s do not fit the job), the job runs on the
+  // A100s of site-b and site-c; site-d is a fourth peer.
+  void StartFour() {
+    AddSite("site-a", {"site-b", "site-c", "site-d"}, 2, "H100", kJobsYaml);
+    AddSite("site-b", {"site-a", "site-c", "site-d"}, 4, "A100-80GB", kJobsYaml);
+    AddSite("site-c", {"site-a", "site-b", "site-d"}, 4, "A100-80GB", kJobsYaml);
+    AddSite("site-d", {"site-a", "site-b", "site-c"}, 4, "H100", kJobsYaml);
+    fed_.StartAll();
+    ASSERT_TRUE(Eventually(
+        [&] { return fed_.Converged({"site-a", "site-b", "site-c", "site-d"}); }, 20000));
+  }
+  // Submitted at site-a; returns once both sites keep its record.
+  std::string SubmitStitched(int seconds) {
+    const std::string id =
+        Submit("site-a", "name: long\ngpus: 8\ngpu_models: [A100-80GB]\ncommand: [sleep, '" +
+                             std::to_string(seconds) + "']\n");
+    EXPECT_TRUE(WaitState("site-a", id, v1::Job::RUNNING, 20000)) << Get("site-a", id).reason();
+    const v1::Job job = Get("site-a", id);
+    EXPECT_EQ(job.run().sites_size(), 2);
+    EXPECT_EQ(job.run().witnesses_size(), 0) << "three members without witnesses";
+    EXPECT_EQ(job.run().takeover_after_ms(), kTakeoverAfterMs);
+    for (const char* s : {"site-b", "site-c"}) {
+      EXPECT_TRUE(Eventually([&] { return Get(s, id).coordinator() == "site-a"; }, 10000)) << s;
+    }
+    return id;
+  }
+  // The site that took the job over ("" while nobody has).
+  std::string NewCoordinator(const std::string& id) {
+    for (const char* s : {"site-b", "site-c"}) {
+      const v1::Job j = Get(s, id);
+      if (j.term() >= 2 && !j.coordinator().empty() && j.coordinator() != "site-a") {
+        return j.coordinator();
+      }
+    }
+    return "";
+  }
+  int CountEvents(const std::string& site, const std::string& id, const std::string& type) {
+    auto r = Alice(site, {"jobs", "events", id});
+    v1::JobEventsResponse resp;
+    google::protobuf::util::JsonParseOptions lax;
+    lax.ignore_unknown_fields = true;
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(r.out, &resp, lax).ok()) << r.err;
+    int n = 0;
+    for (const auto& e : resp.events()) n += e.type() == type ? 1 : 0;
+    return n;
+  }
+};
+
+TEST_F(CoordinatorTakeover, ACoordinatorLostForGoodIsTakenOverAndTheJobFinishesUnrestarted) {
+  StartFour();
+  const std::string id = SubmitStitched(16);
+  fed_.Kill("site-a", SIGKILL);  // never restarted
+  const auto lost = std::chrono::steady_clock::now();
+  std::string to;
+  ASSERT_TRUE(Eventually([&] { return !(to = NewCoordinator(id)).empty(); }, 20000))
+      << fed_.log("site-b") << fed_.log("site-c");
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::steady_clock::now() - lost)
+                        .count();
+  // The first successor in rank order asks first.
+  EXPECT_EQ(to, "site-b");
+  EXPECT_LE(took, kTakeoverAfterMs + 2000) << "from the loss to the takeover";
+  // Both members answer for it at term 2 and name the new coordinator.
+  EXPECT_TRUE(Eventually(
+      [&] {
+        const v1::Job at_c = Get("site-c", id);
+        return at_c.term() == 2u && at_c.coordinator() == to;
+      },
+      5000))
+      << "site-c follows the new coordinator from its first renewal";
+  // It runs on to its end: the same attempt, the same world, started once.
+  ASSERT_TRUE(WaitState(to, id, v1::Job::SUCCEEDED, 30000))
+      << Get(to, id).reason() << fed_.log(to);
+  const v1::Job done = Get(to, id);
+  EXPECT_EQ(done.attempt(), 1u);
+  EXPECT_EQ(done.run().restart(), 0u);
+  EXPECT_EQ(done.coordinator(), to);
+  EXPECT_EQ(CountEvents(to, id, "coordinator_moved"), 1);
+  // Its story here begins with the takeover; no rank was started again.
+  EXPECT_EQ(CountEvents(to, id, "started"), 0) << "the ranks never started again";
+  EXPECT_TRUE(Eventually([&] { return Free("site-b", "site-b") == 4 && Free("site-b", "site-c") == 4; },
+                         10000));
+}
+
+TEST_F(CoordinatorTakeover, AFrozenCoordinatorLearnsAtItsReturnThatTheJobMovedAndStepsDown) {
+  StartFour();
+  const std::string id = SubmitStitched(18);
+  // Frozen past the takeover: to the others it is lost, to itself no time passed.
+  fed_.Kill("site-a", SIGSTOP);
+  std::string to;
+  const bool taken = Eventually([&] { return !(to = NewCoordinator(id)).empty(); }, 20000);
+  fed_.Kill("site-a", SIGCONT);
+  ASSERT_TRUE(taken) << fed_.log("site-b");
+  // site-a's next renewal is refused as of an older term: it names the new
+  // coordinator from then on and never places the job again.
+  ASSERT_TRUE(Eventually([&] { return Get("site-a", id).coordinator() == to; }, 10000))
+      << fed_.log("site-a") << fed_.log(to);
+  const v1::Job at_a = Get("site-a", id);
+  EXPECT_EQ(at_a.term(), 2u);
+  EXPECT_NE(at_a.reason().find("coordinated by " + to), std::string::npos) << at_a.reason();
+  auto cancel = Alice("site-a", {"jobs", "cancel", id});
+  EXPECT_NE(cancel.exit_code, 0) << "a cancel goes to the coordinator";
+  EXPECT_NE(cancel.err.find(to), std::string::npos) << cancel.err;
+  ASSERT_TRUE(WaitState(to, id, v1::Job::SUCCEEDED, 40000)) << Get(to, id).reason();
+  EXPECT_EQ(Get(to, id).attempt(), 1u);
+  EXPECT_EQ(Get(to, id).run().restart(), 0u);
+  EXPECT_EQ(CountEvents(to, id, "started"), 0);
+  EXPECT_EQ(CountEvents("site-a", id, "coordinator_moved"), 1) << "in the old story too";
+  const v1::Job after = Get("site-a", id);
+  EXPECT_EQ(after.attempt(), 1u) << "the old coordinator never ran it again";
+  EXPECT_EQ(after.coordinator(), to);
+}
+
+}  // namespace
+}  // namespace fedgate::testing
