@@ -15,7 +15,7 @@ TEST(Store, PeersAndKvSurviveReopen) {
   {
     auto store = Store::Open(dir / "data");
     ASSERT_TRUE(store.ok()) << store.status();
-    EXPECT_EQ((*store)->schema_version(), 13);
+    EXPECT_EQ((*store)->schema_version(), 14);
     ASSERT_TRUE((*store)->UpsertPeer({"cn-shanghai", "h:1", 5}).ok());
     ASSERT_TRUE((*store)->UpsertPeer({"cn-shanghai", "h:2", 6}).ok());
     ASSERT_TRUE((*store)->UpsertPeer({"cn-shenzhen", "h:3", 7}).ok());
