@@ -106,11 +106,15 @@ TEST_F(CoordinatorTakeover, ACoordinatorLostForGoodIsTakenOverAndTheJobFinishesU
 
 TEST_F(CoordinatorTakeover, AFrozenCoordinatorLearnsAtItsReturnThatTheJobMovedAndStepsDown) {
   StartFour();
-  const std::string id = SubmitStitched(18);
-  // Frozen past the takeover: to the others it is lost, to itself no time passed.
+  const std::string id = SubmitStitched(30);
+  // Frozen past the takeover and past the time after which it would call
+  // the silent sites lost (fence 7 s + stop grace 3 s + skew 1 s): at its
+  // return it hears nobody at first, and must change nothing until it does.
   fed_.Kill("site-a", SIGSTOP);
+  const auto frozen = std::chrono::steady_clock::now();
   std::string to;
   const bool taken = Eventually([&] { return !(to = NewCoordinator(id)).empty(); }, 20000);
+  std::this_thread::sleep_until(frozen + std::chrono::seconds(13));
   fed_.Kill("site-a", SIGCONT);
   ASSERT_TRUE(taken) << fed_.log("site-b");
   // site-a's next renewal is refused as of an older term: it names the new
