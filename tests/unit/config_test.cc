@@ -96,6 +96,28 @@ TEST_F(ConfigTest, AcceptsEveryKeyOfTheDesignExample) {
   EXPECT_EQ(c->data_dir, "/var/lib/fedgate");
 }
 
+TEST_F(ConfigTest, TakeoverDefaultsToThreeLeasesAndRefusesTooShortATime) {
+  auto c = Parse(Good("jobs: {lease: 4s}\n"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->jobs.takeover_after_ms, 12000);
+  EXPECT_EQ(c->jobs.takeover_stagger_ms, 4000);
+  c = Parse(Good("jobs: {lease: 4s, takeover_after: 'off'}\n"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->jobs.takeover_after_ms, 0) << "no takeover";
+  c = Parse(Good("jobs: {lease: 4s, takeover_after: 20s, takeover_stagger: 5s}\n"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->jobs.takeover_after_ms, 20000);
+  EXPECT_EQ(c->jobs.takeover_stagger_ms, 5000);
+  // A successor that asked within two leases could vote out a coordinator
+  // that is only slow.
+  c = Parse(Good("jobs: {lease: 4s, takeover_after: 5s}\n"));
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("jobs.takeover_after"), std::string::npos) << c.status();
+  c = Parse(Good("jobs: {lease: 4s, takeover_stagger: 1s}\n"));
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("jobs.takeover_stagger"), std::string::npos) << c.status();
+}
+
 TEST_F(ConfigTest, UnknownKeysNameTheKeyAndLine) {
   ExpectError(Good("colour: blue\n"), "fedgate.yaml:9: unknown key \"colour\"");
   ExpectError(Good("advertise: {interval: 2s, ttll: 10s}\n"), "unknown key \"advertise.ttll\"");
