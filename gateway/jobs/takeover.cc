@@ -4,12 +4,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <set>
 
 #include "base/str_cat.h"
 #include "federation/coordinator_term.h"
 #include "gateway/jobs/coordinator.h"
-#include "gateway/jobs/fan_out.h"
 #include "gateway/jobs/job_copy.h"
 #include "gateway/jobs/job_story.h"
 #include "gateway/jobs/participant_calls.h"
@@ -59,31 +59,53 @@ std::vector<absl::StatusOr<v1::VoteResponse>> Takeover::AskAll(
     const Participant::TakeoverDue& due, uint64_t term, bool pre_vote) {
   const std::string& self = core_->config().site;
   const int64_t timeout = std::max<int64_t>(500, core_->config().jobs.lease_ms / 4);
-  std::vector<absl::StatusOr<v1::VoteResponse>> out(due.members.size(),
-                                                    absl::UnavailableError("not asked"));
-  auto ask = [&](size_t i, FanOut* fan) {
+  const size_t majority = federation::Majority(due.members.size());
+  // Shared with the calls' callbacks: the round ends at a majority of
+  // grants, without waiting for a member that is cut off to time out.
+  struct Round {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<absl::StatusOr<v1::VoteResponse>> out;
+    size_t answered = 0, granted = 0;
+  };
+  auto round = std::make_shared<Round>();
+  round->out.assign(due.members.size(), absl::UnavailableError("no answer yet"));
+  auto ask = [&](size_t i) {
     v1::VoteRequest req;
     req.set_job_id(due.job_id);
     req.set_term(term);
     req.set_pre_vote(pre_vote);
-    calls_->Vote(due.members[i], std::move(req), timeout, fan->Collect(&out[i]));
+    calls_->Vote(due.members[i], std::move(req), timeout,
+                 [round, i](absl::StatusOr<v1::VoteResponse> a) {
+                   std::lock_guard lock(round->mu);
+                   round->granted += a.ok() && a->granted() ? 1 : 0;
+                   round->out[i] = std::move(a);
+                   ++round->answered;
+                   round->cv.notify_all();
+                 });
+  };
+  auto wait = [&](size_t answers) {
+    std::unique_lock lock(round->mu);
+    round->cv.wait(lock, [&] { return round->answered >= answers || round->granted >= majority; });
+    return round->out;  // a copy: late answers keep writing the shared one
   };
   // This site's own vote first and on its own: a candidate stores its vote
   // for itself before it asks anyone else for theirs.
   const auto own = std::find(due.members.begin(), due.members.end(), self);
+  size_t expected = 0;
   if (own != due.members.end()) {
-    FanOut fan;
-    ask(static_cast<size_t>(own - due.members.begin()), &fan);
-    fan.Wait();
-    const auto& a = out[own - due.members.begin()];
-    if (!a.ok() || !a->granted()) return out;
+    ask(static_cast<size_t>(own - due.members.begin()));
+    const auto first = wait(++expected);
+    const auto& a = first[own - due.members.begin()];
+    if (!a.ok() || !a->granted()) return first;
   }
-  FanOut fan;
   for (size_t i = 0; i < due.members.size(); ++i) {
-    if (due.members[i] != self) ask(i, &fan);
+    if (due.members[i] != self) {
+      ask(i);
+      ++expected;
+    }
   }
-  fan.Wait();
-  return out;
+  return wait(expected);
 }
 
 void Takeover::Elect(const Participant::TakeoverDue& due) {
