@@ -132,6 +132,7 @@ class Participant {
     std::vector<std::string> members;
     int64_t silent_ms = 0;
     uint64_t version = 0;  // of the kept record
+    int position = 0;      // in the succession (0 = the first successor)
   };
   std::vector<TakeoverDue> TakeoversDue();
   // This site won `term` of the job with `grants`: its own record follows it

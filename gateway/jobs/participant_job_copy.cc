@@ -171,11 +171,11 @@ std::vector<Participant::TakeoverDue> Participant::TakeoversDue() {
   for (const auto& [id, k] : copies_) {
     const auto at = std::find(k.successors.begin(), k.successors.end(), config_.site);
     if (at == k.successors.end() || k.term.coordinator == config_.site) continue;
-    const int64_t wait = federation::TakeoverDelayMs(
-        static_cast<int>(at - k.successors.begin()), k.takeover_after_ms, k.stagger_ms);
+    const int position = static_cast<int>(at - k.successors.begin());
+    const int64_t wait = federation::TakeoverDelayMs(position, k.takeover_after_ms, k.stagger_ms);
     if (now - k.term.heard_ms < wait) continue;
     out.push_back({id, k.term.term, k.term.coordinator, k.members, now - k.term.heard_ms,
-                   k.version});
+                   k.version, position});
   }
   return out;
 }
@@ -219,11 +219,14 @@ absl::StatusOr<std::optional<v1::Job>> Participant::JobFromCopy(const std::strin
 std::vector<std::string> Participant::OrphanCopiesLocked() {
   std::vector<std::string> out;
   for (auto it = copies_.begin(); it != copies_.end();) {
-    // Kept while a slice of the job holds GPUs here (running, parked, stopping).
+    // Kept while a slice of the job holds GPUs here (running, parked,
+    // stopping), or was stopped for want of a coordinator (while its state
+    // is remembered): the job is not over until a coordinator says so, and
+    // a takeover needs the record.
     bool held = false;
     for (auto s = slices_.lower_bound({it->first, 0}); s != slices_.end() && s->first.first == it->first;
          ++s) {
-      held = held || !s->second.released;
+      held = held || !s->second.released || s->second.fenced;
     }
     if (held) {
       ++it;

@@ -88,6 +88,7 @@ void Participant::SweepSliceLocked(Slice* s, int64_t now, SweepOutcome* out) {
       now > s->lease_deadline_ms + FenceExtraLocked(job, s->lease_ms)) {
     // The coordinator went silent past the lease (and no successor took
     // the job over in the time that allows): stop and free the GPUs.
+    s->fenced = true;
     StopSliceLocked(s, "lease expired: the coordinator stopped renewing it");
   }
   if (s->stopping && !all_exited && now > s->kill_at_ms) {

@@ -45,6 +45,9 @@ struct Slice {
   std::string cgroup;       // "" = none
   bool released = false;    // every rank exited and the hold's GPUs are free
   bool reported = false;    // ... and its coordinator has asked since
+  // Stopped because no coordinator renewed it in time: its job's record is
+  // kept (a takeover may yet carry the job on once a majority is heard).
+  bool fenced = false;
   int64_t ended_at_ms = 0;  // when released; finished slices are pruned later
   // recovery: replace. The world (FEDGATE_RESTART) its ranks belong to; the
   // hold outlives ranks that fail or are halted for a world restart

@@ -113,8 +113,10 @@ void Takeover::Elect(const Participant::TakeoverDue& due) {
   if (auto it = next_try_ms_.find(due.job_id); it != next_try_ms_.end() && it->second > now) {
     return;
   }
-  // One try per lease: a lost election is tried again at a higher term.
-  next_try_ms_[due.job_id] = now + core_->config().jobs.lease_ms;
+  // A lost election is tried again at a higher term, later the further down
+  // the succession: two successors that split a term's votes (both due at
+  // once when a cut heals) do not split the next one too.
+  next_try_ms_[due.job_id] = now + core_->config().jobs.lease_ms * (1 + due.position);
   ++elections_;
   const uint64_t term = due.term + 1;
   const size_t majority = federation::Majority(due.members.size());

@@ -11,6 +11,8 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "tests/netns/netns_fixture.h"
 #include "tests/support/event_time.h"
@@ -23,6 +25,31 @@ class NetnsTakeover : public NetnsFederation {
   std::string ExtraYaml(const std::string& s) const override {
     (void)s;
     return "jobs: {lease: 2s, takeover_after: 4s, takeover_stagger: 1s}\n";
+  }
+  bool EverySiteSeesTheOthers() {
+    for (const char* s : {"a", "b", "c"}) {
+      auto r = Fedctl(s, "capacity -o json");
+      if (r.exit_code != 0 || r.out.find("site-a") == std::string::npos ||
+          r.out.find("site-b") == std::string::npos || r.out.find("site-c") == std::string::npos) {
+        return false;
+      }
+    }
+    return true;
+  }
+  std::string SubmitAtA(const std::string& spec) {
+    WriteText(dir_ / "job.yaml", spec);
+    auto sub = Alice("a", "jobs submit -f " + dir_ / "job.yaml");
+    EXPECT_EQ(sub.exit_code, 0) << sub.err;
+    v1::SubmitJobResponse submitted;
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(sub.out, &submitted).ok()) << sub.out;
+    return submitted.job().id();
+  }
+  // Rank output goes to a folder every rank user may write.
+  std::string Marks() {
+    const std::string marks = "/tmp/" + prefix_ + "-marks";
+    std::filesystem::create_directories(marks);
+    std::filesystem::permissions(marks, std::filesystem::perms::all);
+    return marks;
   }
   void Links(const std::string& verb) {
     MustSh("ip -n " + Ns("a") + " link set " + prefix_ + "ab " + verb);
@@ -116,6 +143,102 @@ TEST_F(NetnsTakeover, ACoordinatorCutOffFromItsJobIsReplacedAndStepsDownWhenTheC
     }
     EXPECT_EQ(starts, 1) << "rank " << rank << " started " << starts << " time(s): " << all;
   }
+  std::error_code ec;
+  std::filesystem::remove_all(marks, ec);
+}
+
+}  // namespace
+}  // namespace fedgate::testing
+
+namespace fedgate::testing {
+namespace {
+
+// "start <unix s>" and "end <unix s>" lines of one rank's file.
+std::vector<std::pair<std::string, double>> Stamps(const std::string& file) {
+  std::vector<std::pair<std::string, double>> out;
+  std::ifstream in(file);
+  std::string what;
+  double t = 0;
+  while (in >> what >> t) out.emplace_back(what, t);
+  return out;
+}
+
+TEST_F(NetnsTakeover, WithTheCoordinatorGoneAndItsSitesCutApartBothStopThenOneCarriesTheJobOn) {
+  ASSERT_TRUE(Eventually([&] { return EverySiteSeesTheOthers(); }, 30000, 200))
+      << ReadText(dir_ / "site-a/fedgate.log");
+  const std::string marks = Marks();
+  const std::string id = SubmitAtA(
+      "name: split\ngpus: 8\nmax_sites: 2\nmax_attempts: 3\n"
+      "avoided_sites: [site-a]\ncommand: [sh, -c, 'f=" + marks +
+      "/$FEDGATE_ATTEMPT-$RANK; echo start $(date +%s.%N) >> $f; "
+      "trap \"echo end $(date +%s.%N) >> $f; exit 0\" TERM; sleep 14 & wait; "
+      "echo end $(date +%s.%N) >> $f']\n");
+  ASSERT_TRUE(Eventually([&] { return JobAt("a", id).state() == v1::Job::RUNNING; }, 30000, 200))
+      << JobAt("a", id).reason();
+  const v1::Job placed = JobAt("a", id);
+  ASSERT_EQ(placed.run().sites_size(), 2) << "two slices: site-b and site-c";
+  for (const char* s : {"b", "c"}) {
+    ASSERT_TRUE(Eventually([&] { return JobAt(s, id).coordinator() == "site-a"; }, 10000, 200));
+  }
+  // The coordinator is gone for good and its two sites are cut apart: each
+  // is one of three members, neither may take over, so both stop.
+  procs_["a"]->Signal(SIGKILL);
+  MustSh("ip -n " + Ns("b") + " link set " + prefix_ + "bc down");
+  const auto cut = std::chrono::steady_clock::now();
+  auto attempt_ended = [&](int attempt) {
+    for (int rank = 0; rank < 8; ++rank) {
+      const auto st = Stamps(marks + "/" + std::to_string(attempt) + "-" + std::to_string(rank));
+      if (st.empty() || st.back().first != "end") return false;
+    }
+    return true;
+  };
+  bool taken_while_cut = false;
+  while (!attempt_ended(1) && std::chrono::steady_clock::now() - cut < std::chrono::seconds(20)) {
+    for (const char* s : {"b", "c"}) taken_while_cut = taken_while_cut || JobAt(s, id).term() > 1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  const double stopped =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - cut).count();
+  ASSERT_TRUE(attempt_ended(1)) << "both slices stop rather than split"
+                                << ReadText(dir_ / "site-b/fedgate.log");
+  EXPECT_FALSE(taken_while_cut) << "no majority on either side";
+  std::printf("[ measure ] both slices stopped %.1f s after the cut (fence 4 + 1 + 2 s)\n", stopped);
+  EXPECT_GE(stopped, 5.0) << "not before the fence";
+
+  // The cut heals: one of them takes the job over and runs it again.
+  MustSh("ip -n " + Ns("b") + " link set " + prefix_ + "bc up");
+  std::string to;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        for (const char* s : {"b", "c"}) {
+          const v1::Job j = JobAt(s, id);
+          if (j.term() >= 2 && (j.coordinator() == "site-b" || j.coordinator() == "site-c")) {
+            to = j.coordinator();
+            return true;
+          }
+        }
+        return false;
+      },
+      30000, 300))
+      << ReadText(dir_ / "site-b/fedgate.log") << ReadText(dir_ / "site-c/fedgate.log");
+  const std::string at = to.substr(5);
+  ASSERT_TRUE(Eventually([&] { return JobAt(at, id).state() == v1::Job::SUCCEEDED; }, 60000, 300))
+      << JobAt(at, id).reason() << ReadText(dir_ / ("site-" + at + "/fedgate.log"));
+  const v1::Job done = JobAt(at, id);
+  EXPECT_EQ(done.attempt(), 2u) << "the stopped attempt was run again once";
+  const std::string other = at == "b" ? "c" : "b";
+  EXPECT_EQ(JobAt(other, id).coordinator(), to) << "one coordinator for both";
+  // No rank of the new attempt started before every rank of the old one ended.
+  double last_end = 0, first_start = 1e18;
+  for (int rank = 0; rank < 8; ++rank) {
+    for (const auto& [what, t] : Stamps(marks + "/1-" + std::to_string(rank))) {
+      if (what == "end") last_end = std::max(last_end, t);
+    }
+    for (const auto& [what, t] : Stamps(marks + "/2-" + std::to_string(rank))) {
+      if (what == "start") first_start = std::min(first_start, t);
+    }
+  }
+  EXPECT_LT(last_end, first_start) << "two worlds of one job ran at once";
   std::error_code ec;
   std::filesystem::remove_all(marks, ec);
 }
