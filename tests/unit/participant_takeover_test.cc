@@ -229,3 +229,70 @@ TEST_F(TakeoverTest, ANewCoordinatorIsServedWithAMajorityOfValidGrantsAndTheOldT
 
 }  // namespace
 }  // namespace fedgate::gateway
+
+namespace fedgate::gateway {
+namespace {
+
+// The same job once its coordinator allows takeovers (15 s, stagger 5 s):
+// site-a, first of the world in rank order, is its first successor.
+TEST_F(TakeoverTest, TheFirstSuccessorIsDueAfterItsDelayAndAFencedSliceKeepsTheRecord) {
+  v1::Job j;
+  j.set_id(kJob);
+  j.set_tenant("vision");
+  j.set_coordinator("bj");
+  j.set_term(1);
+  j.mutable_run()->add_sites()->set_site("site-a");
+  j.mutable_run()->add_sites()->set_site("sh");
+  j.mutable_run()->set_takeover_after_ms(15'000);
+  j.mutable_run()->set_takeover_stagger_ms(5'000);
+  v1::SliceStatusRequest q;
+  *q.mutable_key() = Key(1);
+  q.set_lease_ms(kLeaseMs);
+  q.mutable_copy()->set_job(j.SerializeAsString());
+  q.mutable_copy()->set_version(2);
+  auto renewed = p_->Status("bj", q);
+  ASSERT_TRUE(renewed.ok()) << renewed.status();
+  EXPECT_EQ(renewed->copy_version(), 2u);
+  EXPECT_TRUE(p_->TakeoversDue().empty()) << "bj was just heard";
+
+  // Past the lease the slice runs on: a successor may yet renew it (its
+  // fence is 15 s + 5 s x (2 successors - 1) + the 5 s lease).
+  clock_.Advance(14'900);
+  p_->Sweep();
+  EXPECT_EQ(p_->FreeGpus()["n1"], 3u) << "the slice still holds its GPU";
+  EXPECT_TRUE(p_->TakeoversDue().empty()) << "not before takeover_after";
+  clock_.Advance(200);
+  auto due = p_->TakeoversDue();
+  ASSERT_EQ(due.size(), 1u);
+  EXPECT_EQ(due[0].job_id, kJob);
+  EXPECT_EQ(due[0].position, 0);
+  EXPECT_EQ(due[0].term, 1u);
+  EXPECT_EQ(due[0].coordinator, "bj");
+  EXPECT_EQ(due[0].members, (std::vector<std::string>{"bj", "sh", "site-a"}));
+
+  // Nobody took over within the fence: the slice stops, and the record
+  // stays, so that a majority heard later can still carry the job on.
+  clock_.Advance(10'000);
+  for (int i = 0; i < 3; ++i) p_->Sweep();
+  EXPECT_EQ(p_->FreeGpus()["n1"], 4u) << "fenced: the GPU is free";
+  auto kept = p_->JobFromCopy(kJob);
+  ASSERT_TRUE(kept.ok() && kept->has_value()) << "a fenced slice keeps its job's record";
+  ASSERT_EQ(p_->TakeoversDue().size(), 1u);
+
+  // site-a wins term 2 (its grant and sh's): it leads in its own record at
+  // once, is no longer due, and keeps term 3 from sh while it leads.
+  auto own = Ask("site-a", 2);
+  ASSERT_TRUE(own.ok() && own->granted()) << own.status();
+  ASSERT_TRUE(p_->TakeLead(kJob, 2, {own->grant(), GrantBy("sh", "sh", "site-a", 2)}).ok());
+  EXPECT_TRUE(p_->TakeoversDue().empty());
+  auto third = Ask("sh", 3, /*pre_vote=*/true);
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_FALSE(third->granted()) << "it hears itself as the coordinator";
+  EXPECT_EQ(third->coordinator(), "site-a");
+  // Without a majority of grants the lead is refused.
+  EXPECT_EQ(p_->TakeLead(kJob, 4, {GrantBy("sh", "sh", "site-a", 4)}).code(),
+            absl::StatusCode::kPermissionDenied);
+}
+
+}  // namespace
+}  // namespace fedgate::gateway
