@@ -58,32 +58,15 @@ class NetnsTakeover : public NetnsFederation {
 };
 
 TEST_F(NetnsTakeover, ACoordinatorCutOffFromItsJobIsReplacedAndStepsDownWhenTheCutHeals) {
-  ASSERT_TRUE(Eventually(
-      [&] {
-        for (const char* s : {"a", "b", "c"}) {
-          auto r = Fedctl(s, "capacity -o json");
-          if (r.exit_code != 0 || r.out.find("site-a") == std::string::npos ||
-              r.out.find("site-b") == std::string::npos || r.out.find("site-c") == std::string::npos) {
-            return false;
-          }
-        }
-        return true;
-      },
-      30000, 200))
+  ASSERT_TRUE(Eventually([&] { return EverySiteSeesTheOthers(); }, 30000, 200))
       << ReadText(dir_ / "site-a/fedgate.log");
   // Each rank appends a line when it starts: a rank that ran twice shows two.
-  const std::string marks = "/tmp/" + prefix_ + "-marks";
-  std::filesystem::create_directories(marks);
-  std::filesystem::permissions(marks, std::filesystem::perms::all);
-  WriteText(dir_ / "job.yaml",
-            "name: held\ngpus: 8\nmax_sites: 2\navoided_sites: [site-a]\ncommand: [sh, -c, "
-            "'echo \"$FEDGATE_SITE $FEDGATE_ATTEMPT $FEDGATE_RESTART\" >> " +
-                marks + "/rank-$RANK; sleep 36']\n");
-  auto sub = Alice("a", "jobs submit -f " + dir_ / "job.yaml");
-  ASSERT_EQ(sub.exit_code, 0) << sub.err;
-  v1::SubmitJobResponse submitted;
-  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(sub.out, &submitted).ok()) << sub.out;
-  const std::string id = submitted.job().id();
+  const std::string marks = Marks();
+  const std::string id = SubmitAtA(
+      "name: held\ngpus: 8\nmax_sites: 2\navoided_sites: [site-a]\ncommand: [sh, -c, "
+      "'echo \"$FEDGATE_SITE $FEDGATE_ATTEMPT $FEDGATE_RESTART\" >> " +
+      marks + "/rank-$RANK; sleep 36']\n");
+  ASSERT_FALSE(id.empty());
   ASSERT_TRUE(Eventually([&] { return JobAt("a", id).state() == v1::Job::RUNNING; }, 30000, 200))
       << JobAt("a", id).reason();
   for (const char* s : {"b", "c"}) {

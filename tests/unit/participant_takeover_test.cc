@@ -72,6 +72,14 @@ class TakeoverTest : public ::testing::Test {
     c.set_master_port(29501);
     c.add_command("train");
     c.set_lease_ms(kLeaseMs);
+    c.mutable_copy()->set_job(RecordOfBj().SerializeAsString());
+    c.mutable_copy()->set_version(1);
+    auto committed = p_->Commit("bj", c);
+    ASSERT_TRUE(committed.ok()) << committed.status();
+  }
+  // kJob's record as bj sends it: run on site-a and sh, takeovers allowed
+  // after `takeover_after_ms` (0: never).
+  static v1::Job RecordOfBj(int64_t takeover_after_ms = 0, int64_t stagger_ms = 0) {
     v1::Job j;
     j.set_id(kJob);
     j.set_tenant("vision");
@@ -79,10 +87,9 @@ class TakeoverTest : public ::testing::Test {
     j.set_term(1);
     j.mutable_run()->add_sites()->set_site("site-a");
     j.mutable_run()->add_sites()->set_site("sh");
-    c.mutable_copy()->set_job(j.SerializeAsString());
-    c.mutable_copy()->set_version(1);
-    auto committed = p_->Commit("bj", c);
-    ASSERT_TRUE(committed.ok()) << committed.status();
+    j.mutable_run()->set_takeover_after_ms(takeover_after_ms);
+    j.mutable_run()->set_takeover_stagger_ms(stagger_ms);
+    return j;
   }
   absl::StatusOr<v1::VoteResponse> Ask(const std::string& candidate, uint64_t term,
                                        bool pre_vote = false) {
@@ -236,15 +243,7 @@ namespace {
 // The same job once its coordinator allows takeovers (15 s, stagger 5 s):
 // site-a, first of the world in rank order, is its first successor.
 TEST_F(TakeoverTest, TheFirstSuccessorIsDueAfterItsDelayAndAFencedSliceKeepsTheRecord) {
-  v1::Job j;
-  j.set_id(kJob);
-  j.set_tenant("vision");
-  j.set_coordinator("bj");
-  j.set_term(1);
-  j.mutable_run()->add_sites()->set_site("site-a");
-  j.mutable_run()->add_sites()->set_site("sh");
-  j.mutable_run()->set_takeover_after_ms(15'000);
-  j.mutable_run()->set_takeover_stagger_ms(5'000);
+  const v1::Job j = RecordOfBj(15'000, 5'000);
   v1::SliceStatusRequest q;
   *q.mutable_key() = Key(1);
   q.set_lease_ms(kLeaseMs);
