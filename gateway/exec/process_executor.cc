@@ -122,7 +122,8 @@ absl::StatusOr<pid_t> ProcessExecutor::Launch(const RankProcessSpec& spec) {
     args = {shim_, spec.exit_file,
             user_.switch_user ? std::to_string(user_.uid) : "-",
             user_.switch_user ? std::to_string(user_.gid) : "-", spec.workdir,
-            spec.cgroup.empty() ? "-" : spec.cgroup, "--"};
+            spec.cgroup.empty() ? "-" : spec.cgroup,
+            spec.fence_file.empty() ? "-" : spec.fence_file, "--"};
   }
   args.insert(args.end(), spec.argv.begin(), spec.argv.end());
   std::vector<char*> argv, envp;

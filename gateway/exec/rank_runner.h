@@ -21,6 +21,7 @@ struct RankProcessSpec {
   std::string exit_file;  // where the shim writes the exit code
   std::string workdir;    // "" = the gateway's
   std::string cgroup;     // the slice's cgroup ("" = none)
+  std::string fence_file;  // the slice's fence, read by the shim ("" = none)
 };
 
 // Who ranks run as.

@@ -6,8 +6,15 @@
 // and learns how it ended. It ignores SIGTERM itself (the rank, in the same
 // process group, gets it); SIGKILL of the group ends both.
 //
-//   fedgate-shim EXIT_FILE UID GID WORKDIR CGROUP -- ARGV...
-//   (UID/GID "-" = stay who the gateway is; CGROUP "-" = none)
+// The fence: FENCE_FILE holds "DEADLINE_UNIX_MS GRACE_MS", pushed forward by
+// the gateway each time the slice's lease is renewed. Past the deadline the
+// shim stops the rank by itself (SIGTERM to the group, SIGKILL after the
+// grace), so a gateway that is dead, stopped or cut off cannot leave ranks
+// running after its coordinator may have started their replacements. A
+// missing file (a slice started before fences) means no fence.
+//
+//   fedgate-shim EXIT_FILE UID GID WORKDIR CGROUP FENCE_FILE -- ARGV...
+//   (UID/GID "-" = stay who the gateway is; CGROUP, FENCE_FILE "-" = none)
 #pragma once
 
 namespace fedgate::gateway {

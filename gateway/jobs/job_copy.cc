@@ -84,8 +84,9 @@ int64_t SliceFenceMs(const v1::RunPlan& run, const std::string& coordinator, int
 }
 
 int64_t SiteLostAfterMs(const v1::RunPlan& run, const std::string& coordinator, int64_t lease_ms) {
-  const int64_t fence = SliceFenceMs(run, coordinator, lease_ms);
-  if (fence == lease_ms) return lease_ms;  // no takeover: the lease alone, as ever
+  // Past the fence (and the shims' margin after it) its ranks were told to
+  // stop, past the grace they are dead; the skew covers the clocks.
+  const int64_t fence = SliceFenceMs(run, coordinator, lease_ms) + participant_limits::kShimFenceMarginMs;
   return federation::SliceLostAfterMs(0, fence, participant_limits::kKillGraceMs,
                                       kAllowedClockSkewMs);
 }

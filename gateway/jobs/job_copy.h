@@ -50,9 +50,10 @@ std::vector<std::string> SuccessorsOf(const v1::RunPlan& run, const std::string&
 int64_t SliceFenceMs(const v1::RunPlan& run, const std::string& coordinator, int64_t lease_ms);
 
 // How long a coordinator waits without hearing a site before it calls the
-// site's slice lost: the lease, or, when the job may be taken over, past
-// the site's fence, its stop grace and the allowed clock skew, so the lost
-// slice's ranks have surely stopped before anything replaces them.
+// site's slice lost: past the site's fence and the margin after which its
+// shims stop the ranks even with its gateway dead, the stop grace and the
+// allowed clock skew, so the lost slice's ranks have surely stopped before
+// anything replaces them (two worlds of one job never run at once).
 int64_t SiteLostAfterMs(const v1::RunPlan& run, const std::string& coordinator, int64_t lease_ms);
 
 }  // namespace fedgate::gateway

@@ -18,6 +18,7 @@ struct Participant::LaunchPlan {
   std::map<std::string, std::string> node_addr, node_model;
   std::string work, cgroup;
   int64_t lease_ms = 0, started_at_ms = 0;
+  FenceWrite fence;  // the shims' own stop, from started_at_ms
   // Dataset name -> the folder its ranks read.
   std::map<std::string, std::string> dataset_dirs;
 };

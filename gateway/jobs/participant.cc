@@ -320,6 +320,7 @@ absl::StatusOr<v1::SliceStatusResponse> Participant::Status(const std::string& f
   bool checkpoints = false;
   const auto grants = VerifyGrants(req.grants());  // signatures: not under the lock
   std::optional<StoredJobTerm> new_term;
+  FenceWrite fence;
   {
     std::lock_guard lock(mu_);
     if (auto st = CheckTermLocked(req.key(), from, grants, &new_term); !st.ok()) {
@@ -332,8 +333,9 @@ absl::StatusOr<v1::SliceStatusResponse> Participant::Status(const std::string& f
       resp.set_message(std::string(st.message()));
       return resp;
     }
-    if (auto st = StatusLocked(from, req, &resp, &checkpoints); !st.ok()) return st;
+    if (auto st = StatusLocked(from, req, &resp, &checkpoints, &fence); !st.ok()) return st;
   }
+  WriteFence(fence);
   // A term accepted is stored before the new coordinator hears so.
   if (auto st = PersistTerm(req.key().job_id(), new_term); !st.ok()) return st;
   if (req.has_copy()) resp.set_copy_version(KeepJobCopy(from, req.key(), req.copy()));
@@ -350,7 +352,8 @@ absl::StatusOr<v1::SliceStatusResponse> Participant::Status(const std::string& f
 }
 
 absl::Status Participant::StatusLocked(const std::string& from, const v1::SliceStatusRequest& req,
-                                       v1::SliceStatusResponse* resp, bool* checkpoints) {
+                                       v1::SliceStatusResponse* resp, bool* checkpoints,
+                                       FenceWrite* fence) {
   if (auto st = ledger_.CheckOwner(req.key().job_id(), from); !st.ok()) return st;
   resp->set_copy_version(CopyVersionLocked(req.key().job_id()));
   auto it = slices_.find({req.key().job_id(), req.key().epoch()});
@@ -375,6 +378,7 @@ absl::Status Participant::StatusLocked(const std::string& from, const v1::SliceS
   if ((s.state == SliceState::RUNNING && !s.stopping) || held) {
     s.lease_ms = lease;
     s.lease_deadline_ms = federation::SatAdd(clock_->NowMs(), s.lease_ms);
+    if (!s.ranks.empty() && !s.stopping) *fence = FenceOfLocked(s);
   }
   resp->set_state(s.state);
   resp->set_message(s.message);

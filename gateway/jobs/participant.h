@@ -232,8 +232,20 @@ class Participant {
 
   // participant_restart.cc: what the previous run left.
   void CleanUpAfterRestart();
+  // participant_fence.cc: the deadline each slice's shims stop its ranks at
+  // by themselves, should this gateway stop renewing it (dead, stopped or
+  // cut off): the participant's own stop time plus a margin, so that a live
+  // gateway stops them first. Written beside the slice's logs (not in the
+  // ranks' reach), pushed forward by each renewal, never by a restart.
+  struct FenceWrite {
+    std::string path;
+    int64_t deadline_ms = 0;
+  };
+  std::string FencePath(const v1::ReservationKey& key) const;
+  FenceWrite FenceOfLocked(const Slice& s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static void WriteFence(const FenceWrite& f) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status StatusLocked(const std::string& from, const v1::SliceStatusRequest& req,
-                            v1::SliceStatusResponse* resp, bool* checkpoints)
+                            v1::SliceStatusResponse* resp, bool* checkpoints, FenceWrite* fence)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Abort with keep_hold: stops the ranks, keeps the GPUs.
   absl::StatusOr<v1::AbortResponse> Halt(const std::string& from, const v1::AbortRequest& req);

@@ -237,6 +237,10 @@ Participant::LaunchPlan Participant::PlanLaunchLocked(const federation::Hold& ho
   plan.cgroup = std::move(cgroup);
   plan.started_at_ms = clock_->NowMs();
   plan.lease_ms = federation::ClampMs(req.lease_ms(), kMinLeaseMs, kMaxLeaseMs);
+  plan.fence = {FencePath(key),
+                federation::SatAdd(plan.started_at_ms, plan.lease_ms +
+                                                           FenceExtraLocked(key.job_id(), plan.lease_ms) +
+                                                           kShimFenceMarginMs)};
   return plan;
 }
 
@@ -299,6 +303,7 @@ void Participant::LaunchRanks(const LaunchPlan& plan, const v1::CommitRequest& r
                               v1::SliceRecord* rec) {
   const auto& key = req.key();
   FillRecord(plan, req, rec);
+  WriteFence(plan.fence);  // before any rank: a gateway that dies now leaves none unfenced
   for (int i = 0; i < req.ranks_size(); ++i) {
     const auto& r = req.ranks(i);
     auto env = RankEnvironment(plan, req, i);
@@ -315,7 +320,7 @@ void Participant::LaunchRanks(const LaunchPlan& plan, const v1::CommitRequest& r
                                       {req.command().begin(), req.command().end()}, &env);
     const absl::StatusOr<pid_t> pid =
         argv.ok() ? runner_->Launch({std::move(*argv), RankEnv(env, plan.work, runner_->user().name),
-                                     log, p.exit_file, plan.work, plan.cgroup})
+                                     log, p.exit_file, plan.work, plan.cgroup, plan.fence.path})
                   : absl::StatusOr<pid_t>(argv.status());
     if (!pid.ok()) {
       p.exited = true;

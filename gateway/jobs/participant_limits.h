@@ -16,6 +16,9 @@ constexpr uint32_t kMaxWorldSize = 1 << 20;
 constexpr size_t kMaxCommandBytes = 64 << 10, kMaxEnvBytes = 256 << 10;
 constexpr uint32_t kMaxLogChunk = 1 << 20;
 constexpr int64_t kKillGraceMs = 3000;
+// How long after the participant's own stop time a slice's shims stop its
+// ranks by themselves (gateway/exec/shim.h): a live gateway acts first.
+constexpr int64_t kShimFenceMarginMs = 500;
 // How long a finished slice's state stays answerable, and its job's epoch
 // and owner remembered.
 constexpr int64_t kFinishedSliceKeepMs = 10 * 60 * 1000;

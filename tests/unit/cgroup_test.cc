@@ -52,7 +52,7 @@ TEST(Cgroups, RemovingASliceKillsWhatRunsInIt) {
   ASSERT_FALSE(slice.empty());
   testing::TempDir tmp;
   ProcessExecutor exec;
-  auto pid = exec.Launch({{"sleep", "30"}, {"PATH=/usr/bin:/bin"}, tmp / "r.log", "", "", ""});
+  auto pid = exec.Launch({{"sleep", "30"}, {"PATH=/usr/bin:/bin"}, tmp / "r.log", "", "", "", ""});
   ASSERT_TRUE(pid.ok()) << pid.status();
   std::ofstream(slice + "/cgroup.procs") << *pid;
   CgroupReaper reaper;

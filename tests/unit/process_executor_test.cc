@@ -26,7 +26,7 @@ std::optional<int> WaitExit(ProcessExecutor& exec, pid_t pid) {
 
 RankProcessSpec Sh(const std::string& script, const std::string& log) {
   return {{"/bin/sh", "-c", script}, RankEnv({{"GREETING", "hi"}}, "/tmp", "tester"), log, "",
-          "", ""};
+          "", "", ""};
 }
 
 TEST(ProcessExecutor, ARankExitsWithItsCodeAndWritesItsLog) {
@@ -53,7 +53,7 @@ TEST(ProcessExecutor, SignalsReachTheWholeProcessGroup) {
 TEST(ProcessExecutor, AMissingProgramIsAnErrorNamingIt) {
   testing::TempDir tmp;
   ProcessExecutor exec;
-  auto pid = exec.Launch({{"/nonexistent/train"}, {}, tmp / "r.log", "", "", ""});
+  auto pid = exec.Launch({{"/nonexistent/train"}, {}, tmp / "r.log", "", "", "", ""});
   ASSERT_FALSE(pid.ok());
   EXPECT_NE(pid.status().message().find("/nonexistent/train"), std::string::npos) << pid.status();
 }
