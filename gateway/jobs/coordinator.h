@@ -144,8 +144,16 @@ class Coordinator {
   // Adds an ended run's GPU-seconds to its tenant's fair-share usage.
   void RecordUsage(const JobRecord& job, const v1::RunPlan& run, int64_t now_ms);
   void UndoReservation(JobRecord job, const std::string& why);
-  // coordinator_renew.cc: the renewal pass and what it concludes.
-  struct RenewWork;
+  // coordinator_renew.cc: the renewal pass and what it concludes. One
+  // job's calls: its sites' answers in the order of run.sites() (then its
+  // quota home's), its witnesses' in the order of `witnesses`.
+  struct RenewWork {
+    JobRecord job;
+    v1::RunPlan run;
+    std::vector<absl::StatusOr<v1::SliceStatusResponse>> answers;
+    std::vector<std::string> witnesses;  // but this site
+    std::vector<absl::StatusOr<v1::SliceStatusResponse>> witness_answers;
+  };
   void RenewLoop();
   // Asks every site of one job for its slice (calls to this site go to
   // `local`, made after the remote ones are out).
@@ -154,8 +162,7 @@ class Coordinator {
   // coordinator_moved.cc: the grants of a job taken over, on a renewal to a
   // site that has not accepted them yet, and which sites did.
   void AttachGrants(const JobRecord& job, const std::string& site, v1::SliceStatusRequest* req);
-  void GrantsAnswered(const JobRecord& job, const v1::RunPlan& run,
-                      const std::vector<absl::StatusOr<v1::SliceStatusResponse>>& answers);
+  void GrantsAnswered(const RenewWork& w);
   // True (and the job handed over) when a site says its term moved on to
   // another coordinator; answers of sites past the term count as silent.
   bool StepDownIfMoved(JobRecord job,
@@ -163,8 +170,12 @@ class Coordinator {
                        int64_t now);
   // Whether this pass heard a majority of the job's members (always, for a
   // job that cannot be taken over): without it nothing about the job changes.
-  bool HearsMajority(const JobRecord& job, const v1::RunPlan& run,
-                     const std::vector<absl::StatusOr<v1::SliceStatusResponse>>& answers);
+  bool HearsMajority(const RenewWork& w);
+  // coordinator_witness.cc: a job's witnesses keep its record, renewed with
+  // the pass like a slice (no hold, no ranks), and are told when it ended
+  // (or left RUNNING) so that they forget it rather than take it over.
+  void AskWitnesses(RenewWork* w, const std::set<std::string>& down, FanOut* fan);
+  void TellWitnessesTheEnd(const std::set<std::string>& running);
   void Judge(JobRecord job, const v1::RunPlan& run,
              const std::vector<absl::StatusOr<v1::SliceStatusResponse>>& answers, int64_t now);
   // coordinator_replace.cc: recovery: replace. The verdict on a renewal
@@ -237,6 +248,14 @@ class Coordinator {
   std::mutex grants_mu_;
   std::map<std::string, Grants> grants_ ABSL_GUARDED_BY(grants_mu_);  // by job id
   std::set<std::string> frozen_;  // jobs without a majority (renewal thread)
+  // Jobs with witnesses seen running, until each witness heard its end.
+  struct Witnessed {
+    v1::ReservationKey key;
+    std::set<std::string> left;  // witnesses not told yet
+    int passes = 0;              // passes spent telling them
+  };
+  std::mutex witness_mu_;
+  std::map<std::string, Witnessed> witnessed_ ABSL_GUARDED_BY(witness_mu_);
   std::atomic<uint64_t> takeovers_{0}, stepped_down_{0};
   std::atomic<uint64_t> renew_passes_{0};
   std::atomic<int64_t> worst_gap_ms_{0};

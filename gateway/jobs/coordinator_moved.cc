@@ -51,16 +51,23 @@ void Coordinator::AttachGrants(const JobRecord& job, const std::string& site,
   for (const auto& g : it->second.grants) *req->add_grants() = g;
 }
 
-void Coordinator::GrantsAnswered(const JobRecord& job, const v1::RunPlan& run,
-                                 const std::vector<absl::StatusOr<v1::SliceStatusResponse>>& a) {
+void Coordinator::GrantsAnswered(const RenewWork& w) {
+  const JobRecord& job = w.job;
+  const v1::RunPlan& run = w.run;
+  const auto& a = w.answers;
   std::lock_guard lock(grants_mu_);
   auto it = grants_.find(job.id);
   if (it == grants_.end() || it->second.term != job.term) return;
   for (int i = 0; i < run.sites_size() && i < static_cast<int>(a.size()); ++i) {
     if (a[i].ok() && a[i]->moved_term() == 0) it->second.accepted.insert(run.sites(i).site());
   }
+  for (size_t i = 0; i < w.witnesses.size(); ++i) {
+    const auto& wa = w.witness_answers[i];
+    if (wa.ok() && wa->moved_term() == 0) it->second.accepted.insert(w.witnesses[i]);
+  }
   bool all = true;
   for (const auto& s : run.sites()) all = all && it->second.accepted.contains(s.site());
+  for (const auto& s : w.witnesses) all = all && it->second.accepted.contains(s);
   if (all) grants_.erase(it);
 }
 
@@ -95,14 +102,19 @@ bool Coordinator::StepDownIfMoved(JobRecord job,
   return true;
 }
 
-bool Coordinator::HearsMajority(const JobRecord& job, const v1::RunPlan& run,
-                                const std::vector<absl::StatusOr<v1::SliceStatusResponse>>& a) {
+bool Coordinator::HearsMajority(const RenewWork& w) {
+  const JobRecord& job = w.job;
+  const v1::RunPlan& run = w.run;
+  const auto& a = w.answers;
   const std::string& self = core_->config().site;
   if (SuccessorsOf(run, self).empty()) return true;  // no takeover: as ever
   const auto members = MembersOf(run, self);
   std::set<std::string> heard = {self};
   for (int i = 0; i < run.sites_size() && i < static_cast<int>(a.size()); ++i) {
     if (a[i].ok()) heard.insert(run.sites(i).site());
+  }
+  for (size_t i = 0; i < w.witnesses.size(); ++i) {
+    if (w.witness_answers[i].ok()) heard.insert(w.witnesses[i]);
   }
   const bool majority = heard.size() >= federation::Majority(members.size());
   if (!majority && frozen_.insert(job.id).second) {

@@ -37,12 +37,6 @@ void Coordinator::RenewLoop() {
   }
 }
 
-struct Coordinator::RenewWork {
-  JobRecord job;
-  v1::RunPlan run;
-  std::vector<absl::StatusOr<v1::SliceStatusResponse>> answers;
-};
-
 void Coordinator::RenewPass() {
   auto jobs = store_->ListAllActive();
   if (!jobs.ok()) return;
@@ -56,6 +50,7 @@ void Coordinator::RenewPass() {
     w->job = std::move(j);
     w->run.ParseFromString(w->job.run);
     AskRenewal(w.get(), down, &fan, &local);
+    AskWitnesses(w.get(), down, &fan);
     work.push_back(std::move(w));
   }
   for (auto& call : local) call();
@@ -63,19 +58,26 @@ void Coordinator::RenewPass() {
   const int64_t now = core_->clock()->NowMs();
   std::set<std::string> running;
   for (auto& w : work) {
-    if (StepDownIfMoved(w->job, &w->answers, now)) continue;
+    if (StepDownIfMoved(w->job, &w->answers, now) ||
+        StepDownIfMoved(w->job, &w->witness_answers, now)) {
+      continue;
+    }
     running.insert(w->job.id);
-    GrantsAnswered(w->job, w->run, w->answers);
-    if (!HearsMajority(w->job, w->run, w->answers)) continue;
+    GrantsAnswered(*w);
+    if (!HearsMajority(*w)) continue;
     auto& acked = copy_acked_[w->job.id];
     for (int i = 0; i < w->run.sites_size() && i < static_cast<int>(w->answers.size()); ++i) {
       if (w->answers[i].ok()) acked[w->run.sites(i).site()] = w->answers[i]->copy_version();
+    }
+    for (size_t i = 0; i < w->witnesses.size(); ++i) {
+      if (w->witness_answers[i].ok()) acked[w->witnesses[i]] = w->witness_answers[i]->copy_version();
     }
     Judge(std::move(w->job), w->run, w->answers, now);
   }
   std::erase_if(last_ok_, [&](const auto& e) { return !running.contains(e.first); });
   std::erase_if(copy_acked_, [&](const auto& e) { return !running.contains(e.first); });
   std::erase_if(copy_asks_, [&](const auto& e) { return !running.contains(e.first); });
+  TellWitnessesTheEnd(running);
   ++renew_passes_;
 }
 

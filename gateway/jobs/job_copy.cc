@@ -70,7 +70,7 @@ std::vector<std::string> MembersOf(const v1::RunPlan& run, const std::string& co
 }
 
 std::vector<std::string> SuccessorsOf(const v1::RunPlan& run, const std::string& coordinator) {
-  if (run.takeover_after_ms() <= 0 || run.witnesses_size() > 0) return {};
+  if (run.takeover_after_ms() <= 0) return {};
   const auto members = MembersOf(run, coordinator);
   if (members.size() < 3) return {};
   std::vector<std::string> in_rank_order;

@@ -40,8 +40,7 @@ std::vector<std::string> MembersOf(const v1::RunPlan& run, const std::string& co
 
 // Who may take the job over, in order (empty = nobody): only where the
 // coordinator allowed takeovers (run.takeover_after_ms) and at least three
-// members keep the job's record. Witnesses keep none yet, so a job with
-// witnesses is not taken over (docs/coordinator_takeover.md).
+// members (sites and witnesses) keep the job's record.
 std::vector<std::string> SuccessorsOf(const v1::RunPlan& run, const std::string& coordinator);
 
 // How long a site keeps a slice of `run` running without a renewal: the

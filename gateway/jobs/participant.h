@@ -121,6 +121,10 @@ class Participant {
     std::vector<std::string> successors;
     int64_t takeover_after_ms = 0;
     int64_t stagger_ms = 0;
+    // This site is one of the job's witnesses: it keeps the record with no
+    // slice here, until the coordinator says the job left RUNNING or it
+    // has heard no coordinator for kFinishedSliceKeepMs.
+    bool witness = false;
   };
   // A job whose coordinator this site has not heard for as long as this
   // site's place in the succession asks it to wait: this site may ask the
@@ -292,6 +296,13 @@ class Participant {
   // afterwards (0 = none). Writes the store: call without mu_.
   uint64_t KeepJobCopy(const std::string& from, const v1::ReservationKey& key,
                        const v1::JobCopy& copy);
+  // participant_witness.cc: the record `from` sent, when it names this site
+  // one of the job's witnesses (checked in full by CheckCopy after); and a
+  // witness's record forgotten once its job left RUNNING (returns `version`,
+  // so the coordinator counts it told).
+  std::optional<v1::Job> WitnessCopy(const v1::JobCopy& copy, const std::string& job_id,
+                                     const std::string& from) const;
+  uint64_t ForgetWitnessCopy(const std::string& job_id, uint64_t version) ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t CopyVersionLocked(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fencing: with a record of the job kept here, a call is served only at
   // the record's term and from its coordinator (FAILED_PRECONDITION for an

@@ -115,6 +115,10 @@ absl::StatusOr<v1::CommitResponse> Participant::Commit(const std::string& from,
   // beside them, not a map in memory that would grow with every job.
   if (auto st = WriteLogOwner(key.job_id(), from); !st.ok()) return st;
   if (auto st = PrepareWorkDir(key.job_id(), req.checkpoint_keep() > 0); !st.ok()) return st;
+  // The record before the ranks: their shims' fence counts the time a
+  // takeover needs, which the record's run plan says (a commit that fails
+  // leaves it to the next sweep, as a slice that ended would).
+  if (req.has_copy()) (void)KeepJobCopy(from, key, req.copy());
   std::string cgroup = CreateSliceCgroup(cgroups_, StrCat(key.job_id(), "-", key.epoch()),
                                          config_.executor.memory_limit, config_.executor.pids_limit);
   absl::StatusOr<LaunchPlan> plan;
@@ -136,7 +140,6 @@ absl::StatusOr<v1::CommitResponse> Participant::Commit(const std::string& from,
   }
   RecordSlice(*plan, launched, rec);
   AttachLaunched(key, std::move(launched));
-  if (req.has_copy()) (void)KeepJobCopy(from, key, req.copy());
   CrashPoint("participant-after-commit");
   return v1::CommitResponse();
 }

@@ -12,12 +12,15 @@
 #include "gateway/security/ad_signing.h"
 #include "gateway/jobs/job_copy.h"
 #include "gateway/jobs/participant.h"
+#include "gateway/jobs/participant_limits.h"
 
 namespace fedgate::gateway {
 namespace {
 
-Participant::KeptCopy KeptOf(const v1::Job& job, uint64_t version) {
+Participant::KeptCopy KeptOf(const v1::Job& job, uint64_t version, const std::string& site) {
   Participant::KeptCopy k;
+  k.witness = std::find(job.run().witnesses().begin(), job.run().witnesses().end(), site) !=
+              job.run().witnesses().end();
   k.version = version;
   k.term.term = job.term();
   k.term.coordinator = job.coordinator();
@@ -113,15 +116,24 @@ uint64_t Participant::KeepJobCopy(const std::string& from, const v1::Reservation
                                   const v1::JobCopy& copy) {
   std::string tenant;
   std::optional<uint64_t> kept_term;
+  uint64_t have = 0;
+  bool held = false;
   {
     std::lock_guard lock(mu_);
-    const uint64_t have = CopyVersionLocked(key.job_id());
+    have = CopyVersionLocked(key.job_id());
     if (copy.version() <= have) return have;
-    // Kept beside a hold only: with none, there is nothing to keep it for.
     const federation::Hold* hold = ledger_.Find(key.job_id(), key.epoch());
-    if (hold == nullptr) return have;
-    tenant = hold->tenant;
+    if (hold != nullptr) tenant = hold->tenant;
+    held = hold != nullptr;
     if (auto it = copies_.find(key.job_id()); it != copies_.end()) kept_term = it->second.term.term;
+  }
+  // Kept beside a hold, or by a witness the record names; with neither,
+  // there is nothing to keep it for.
+  if (!held) {
+    auto w = WitnessCopy(copy, key.job_id(), from);
+    if (!w.has_value()) return have;
+    if (w->state() != v1::Job::RUNNING) return ForgetWitnessCopy(key.job_id(), copy.version());
+    tenant = w->tenant();
   }
   auto job = CheckCopy(copy, key.job_id(), tenant, from);
   if (job.ok() && kept_term.has_value() && job->term() != *kept_term) {
@@ -157,7 +169,7 @@ uint64_t Participant::KeepJobCopy(const std::string& from, const v1::Reservation
   }
   if (copy.version() > kept.version) {
     const federation::TermState was = kept.term;
-    kept = KeptOf(*job, copy.version());
+    kept = KeptOf(*job, copy.version(), config_.site);
     if (was.term == kept.term.term) kept.term.voted_for = was.voted_for;
     kept.term.heard_ms = std::max(was.heard_ms, clock_->NowMs());
   }
@@ -228,6 +240,8 @@ std::vector<std::string> Participant::OrphanCopiesLocked() {
          ++s) {
       held = held || !s->second.released || s->second.fenced;
     }
+    held = held || (it->second.witness && clock_->NowMs() - it->second.term.heard_ms <
+                                               participant_limits::kFinishedSliceKeepMs);
     if (held) {
       ++it;
       continue;
@@ -254,7 +268,7 @@ void Participant::LoadCopies() {
   for (const auto& [id, version] : *rows) {
     auto job = JobFromCopy(id);
     if (!job.ok() || !job->has_value()) continue;
-    KeptCopy k = KeptOf(**job, version);
+    KeptCopy k = KeptOf(**job, version, config_.site);
     // A vote or a takeover accepted since the record was written.
     if (auto t = terms->find(id); t != terms->end() && t->second.term >= k.term.term) {
       k.term.term = t->second.term;

@@ -142,5 +142,54 @@ TEST_F(CoordinatorTakeover, AFrozenCoordinatorLearnsAtItsReturnThatTheJobMovedAn
   EXPECT_EQ(after.coordinator(), to);
 }
 
+// A job on one site has two members; the coordinator names a witness (a
+// peer) so that a majority survives the loss of any one: site-a lost, the
+// job's site and the witness take it over and it runs on.
+TEST_F(CoordinatorTakeover, AWitnessGivesAOneSiteJobAMajorityThatOutlivesItsCoordinator) {
+  StartFour();
+  const std::string id =
+      Submit("site-a", "name: one-site\ngpus: 4\ngpu_models: [A100-80GB]\ncommand: [sleep, '16']\n");
+  ASSERT_TRUE(WaitState("site-a", id, v1::Job::RUNNING, 20000)) << Get("site-a", id).reason();
+  const v1::Job job = Get("site-a", id);
+  ASSERT_EQ(job.run().sites_size(), 1);
+  ASSERT_EQ(job.run().witnesses_size(), 1) << "coordinator + one site + one witness";
+  const std::string site = job.run().sites(0).site(), witness = job.run().witnesses(0);
+  EXPECT_NE(witness, "site-a");
+  EXPECT_NE(witness, site);
+  ASSERT_TRUE(Eventually([&] { return Get(witness, id).coordinator() == "site-a"; }, 10000))
+      << "the witness keeps the record" << fed_.log(witness);
+  fed_.Kill("site-a", SIGKILL);
+  ASSERT_TRUE(Eventually([&] { return Get(site, id).term() >= 2; }, 20000))
+      << fed_.log(site) << fed_.log(witness);
+  EXPECT_EQ(Get(site, id).coordinator(), site) << "the job's own site is first in succession";
+  ASSERT_TRUE(WaitState(site, id, v1::Job::SUCCEEDED, 30000)) << Get(site, id).reason();
+  EXPECT_EQ(Get(site, id).attempt(), 1u);
+  EXPECT_EQ(Get(site, id).run().restart(), 0u);
+  EXPECT_EQ(CountEvents(site, id, "started"), 0) << "the ranks never started again";
+}
+
+// A witness is told the job ended and forgets it: nobody takes over a job
+// that is over, however long its coordinator stays quiet about it.
+TEST_F(CoordinatorTakeover, AWitnessForgetsAJobThatEndedAndNobodyTakesItOver) {
+  StartFour();
+  const std::string id =
+      Submit("site-a", "name: short\ngpus: 4\ngpu_models: [A100-80GB]\ncommand: [sleep, '3']\n");
+  ASSERT_TRUE(WaitState("site-a", id, v1::Job::RUNNING, 20000)) << Get("site-a", id).reason();
+  const v1::Job job = Get("site-a", id);
+  ASSERT_EQ(job.run().witnesses_size(), 1);
+  const std::string witness = job.run().witnesses(0);
+  ASSERT_TRUE(Eventually([&] { return Get(witness, id).coordinator() == "site-a"; }, 10000));
+  ASSERT_TRUE(WaitState("site-a", id, v1::Job::SUCCEEDED, 20000));
+  ASSERT_TRUE(Eventually([&] { return Alice(witness, {"jobs", "get", id}).exit_code != 0; }, 10000))
+      << "the witness forgot the record" << fed_.log(witness);
+  // Past the takeover time: still site-a's, at term 1, everywhere.
+  std::this_thread::sleep_for(std::chrono::milliseconds(kTakeoverAfterMs + 2000));
+  for (const char* s : {"site-b", "site-c", "site-d"}) {
+    EXPECT_NE(Get(s, id).term(), 2u) << s << " took over a job that had ended";
+  }
+  EXPECT_EQ(Get("site-a", id).coordinator(), "site-a");
+  EXPECT_EQ(CountEvents("site-a", id, "coordinator_moved"), 0);
+}
+
 }  // namespace
 }  // namespace fedgate::testing

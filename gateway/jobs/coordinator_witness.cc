@@ -1,0 +1,102 @@
+// A job's witnesses (peers named at commit so that a job of fewer than three
+// members has a majority to spare; federation::ChooseWitnesses): renewed with
+// each pass like a slice site, but with no hold and no ranks, so that they
+// keep the job's record and its term, vote, and may take the job over. Told
+// when the job ended or left RUNNING, so that they forget it rather than
+// take over a job that is over.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "gateway/jobs/coordinator.h"
+#include "gateway/jobs/coordinator_key.h"
+#include "gateway/jobs/fan_out.h"
+#include "gateway/jobs/job_copy.h"
+#include "gateway/jobs/participant_calls.h"
+
+namespace fedgate::gateway {
+namespace {
+// How many renewal passes a coordinator keeps telling a witness that a job
+// ended (one that never hears forgets the record after
+// participant_limits::kFinishedSliceKeepMs).
+constexpr int kEndNoticePasses = 50;
+}  // namespace
+
+void Coordinator::AskWitnesses(RenewWork* w, const std::set<std::string>& down, FanOut* fan) {
+  const std::string& self = core_->config().site;
+  for (const auto& s : w->run.witnesses()) {
+    if (s != self) w->witnesses.push_back(s);
+  }
+  w->witness_answers.assign(w->witnesses.size(),
+                            absl::UnavailableError("not asked: the witness is down"));
+  if (w->witnesses.empty()) return;
+  {
+    std::lock_guard lock(witness_mu_);
+    Witnessed& seen = witnessed_[w->job.id];
+    seen.key = Key(w->job, w->run.epoch());
+    seen.left = {w->witnesses.begin(), w->witnesses.end()};
+    seen.passes = 0;
+  }
+  const auto& acked = copy_acked_[w->job.id];
+  for (size_t i = 0; i < w->witnesses.size(); ++i) {
+    const std::string& site = w->witnesses[i];
+    if (down.contains(site)) continue;
+    v1::SliceStatusRequest req;
+    *req.mutable_key() = Key(w->job, w->run.epoch());
+    req.set_lease_ms(lease_ms_);
+    AttachGrants(w->job, site, &req);
+    if (const auto at = acked.find(site); at == acked.end() || at->second < w->job.version) {
+      *req.mutable_copy() = CopyOf(w->job, self, w->run);
+    }
+    participants_->SliceStatus(site, std::move(req), rpc_timeout_ms(),
+                               fan->Collect(&w->witness_answers[i]));
+  }
+}
+
+void Coordinator::TellWitnessesTheEnd(const std::set<std::string>& running) {
+  std::vector<std::pair<std::string, Witnessed>> to_tell;
+  {
+    std::lock_guard lock(witness_mu_);
+    for (auto it = witnessed_.begin(); it != witnessed_.end();) {
+      if (running.contains(it->first)) {
+        ++it;
+        continue;
+      }
+      if (it->second.left.empty() || ++it->second.passes > kEndNoticePasses) {
+        it = witnessed_.erase(it);
+        continue;
+      }
+      to_tell.emplace_back(it->first, it->second);
+      ++it;
+    }
+  }
+  const std::string& self = core_->config().site;
+  for (auto& [id, seen] : to_tell) {
+    auto job = store_->Get(id);
+    if (!job.ok()) continue;  // the store is busy: the next pass tries again
+    // Moved away: the new coordinator renews them. Running again (a new
+    // attempt): the next pass renews them.
+    if (!job->has_value() || !(*job)->moved_to.empty() ||
+        (*job)->state == federation::JobState::kRunning) {
+      std::lock_guard lock(witness_mu_);
+      if (!job->has_value() || !(*job)->moved_to.empty()) witnessed_.erase(id);
+      continue;
+    }
+    v1::RunPlan run;
+    run.ParseFromString((*job)->run);
+    for (const auto& site : seen.left) {
+      v1::SliceStatusRequest req;
+      *req.mutable_key() = seen.key;
+      *req.mutable_copy() = CopyOf(**job, self, run);
+      participants_->SliceStatus(
+          site, std::move(req), rpc_timeout_ms(),
+          [this, id = id, site](absl::StatusOr<v1::SliceStatusResponse> r) {
+            if (!r.ok()) return;
+            std::lock_guard lock(witness_mu_);
+            if (auto it = witnessed_.find(id); it != witnessed_.end()) it->second.left.erase(site);
+          });
+    }
+  }
+}
+
+}  // namespace fedgate::gateway
