@@ -350,12 +350,32 @@ grpc::ServerUnaryReactor* JobServiceImpl::Plan(grpc::CallbackServerContext* ctx,
                    });                                                                    \
   }
 
-FEDGATE_JOB_RPC(Get, GetJobRequest, GetJobResponse)
 FEDGATE_JOB_RPC(List, ListJobsRequest, ListJobsResponse)
 FEDGATE_JOB_RPC(Cancel, CancelJobRequest, CancelJobResponse)
 FEDGATE_JOB_RPC(Quotas, QuotasRequest, QuotasResponse)
 FEDGATE_JOB_RPC(Events, JobEventsRequest, JobEventsResponse)
 #undef FEDGATE_JOB_RPC
+
+grpc::ServerUnaryReactor* JobServiceImpl::Get(grpc::CallbackServerContext* ctx,
+                                              const v1::GetJobRequest* req,
+                                              v1::GetJobResponse* resp) {
+  return Guarded(ctx, authz_, metrics_, RpcClass::kJob, "Get", [&](const Identity& id) {
+    auto out = jobs_->Get(id, *req);
+    if (!out.ok()) return out.status();
+    *resp = std::move(*out);
+    // A job coordinated elsewhere (a copy kept here, or moved away): where
+    // its coordinator is, so that fedctl asks it (when it is not down).
+    const std::string& coordinator = resp->job().coordinator();
+    if (!coordinator.empty() && coordinator != core_->config().site &&
+        !core_->DownPeers().contains(coordinator)) {
+      if (const std::string at = core_->SiteEndpoint(coordinator); !at.empty()) {
+        ctx->AddTrailingMetadata("fedgate-coordinator", coordinator);
+        ctx->AddTrailingMetadata("fedgate-coordinator-endpoint", at);
+      }
+    }
+    return absl::OkStatus();
+  });
+}
 
 grpc::ServerUnaryReactor* JobServiceImpl::Usage(grpc::CallbackServerContext* ctx,
                                                 const v1::UsageRequest* req,

@@ -20,6 +20,7 @@ struct Globals {
   std::string tls_dir;
   std::string site;  // pinned: only this site's gateway is accepted as the server
   std::string output = "table";
+  bool follow = true;  // job commands go on to the job's coordinator
   Format format() const;
 };
 

@@ -19,6 +19,9 @@ int main(int argc, char** argv) {
                  "accept only this site's gateway as the server (default $FEDCTL_SITE, or the "
                  "file \"site\" in the TLS folder; none: any gateway of the federation)");
   app.add_option("-o,--output", g.output, "table, json or yaml (usage: also csv)")->capture_default_str();
+  app.add_flag("!--no-follow", g.follow,
+               "job commands: answer from the gateway asked, even for a job coordinated "
+               "elsewhere (by default they go on to the job's coordinator)");
 
   Commands commands;
   AddCertsCommands(app, &commands);

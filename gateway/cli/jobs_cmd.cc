@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "base/str_cat.h"
 #include "fedgate/v1/jobs.grpc.pb.h"
+#include "federation/names.h"
 #include "gateway/cli/command.h"
 #include "gateway/jobs/job_spec_yaml.h"
 #include "gateway/peering/bench_host.h"
@@ -75,6 +76,40 @@ v1::JobSpec ReadSpec(const std::string& file) {
   return *parsed;
 }
 
+// Where a job command about `id` goes: the gateway given, or, when that one
+// answers for a job coordinated elsewhere (it keeps a copy of the record,
+// or the job moved away from it) and says where the coordinator is, the
+// coordinator's gateway, pinned to its site. `local` is the first answer.
+struct Followed {
+  Globals g;
+  bool moved = false;
+  v1::GetJobResponse local;
+};
+
+Followed Follow(const Globals& g, const std::string& id) {
+  Followed f;
+  f.g = g;
+  if (!g.follow) return f;
+  auto stub = v1::JobService::NewStub(Connect(g));
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  v1::GetJobRequest req;
+  req.set_id(id);
+  if (!stub->Get(&ctx, req, &f.local).ok()) return f;  // the command itself says why
+  const auto& md = ctx.GetServerTrailingMetadata();
+  const auto site = md.find("fedgate-coordinator"), at = md.find("fedgate-coordinator-endpoint");
+  if (site == md.end() || at == md.end()) return f;
+  const std::string s(site->second.data(), site->second.size());
+  const std::string e(at->second.data(), at->second.size());
+  if (!federation::IsValidName(s) || e.empty() || e.size() > 300) return f;
+  std::fprintf(stderr, "fedctl: job %s is coordinated by %s; asking its gateway at %s\n",
+               id.c_str(), s.c_str(), e.c_str());
+  f.g.site = s;
+  f.g.gateway = e;
+  f.moved = true;
+  return f;
+}
+
 struct Opts {
   std::string spec_file, idem_key, job_id, state;
   uint32_t rank = 0;
@@ -113,14 +148,25 @@ int Submit(const Globals& g, const Opts& o) {
   return 0;
 }
 
-int Get(const Globals& g, const Opts& o) {
+int Get(const Globals& given, const Opts& o) {
+  const Followed f = Follow(given, o.job_id);
+  const Globals& g = f.g;
   auto stub = v1::JobService::NewStub(Connect(g));
   grpc::ClientContext ctx;
   SetDeadline(&ctx);
   v1::GetJobRequest req;
   req.set_id(o.job_id);
   v1::GetJobResponse resp;
-  CheckRpc(stub->Get(&ctx, req, &resp), g, "jobs get");
+  const grpc::Status st = stub->Get(&ctx, req, &resp);
+  if (!st.ok() && f.moved && (st.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                              st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)) {
+    // The coordinator is out of reach: the first gateway's view, said so.
+    std::fprintf(stderr, "fedctl: %s is unreachable (%s); showing what the gateway asked keeps\n",
+                 g.site.c_str(), st.error_message().c_str());
+    Print(f.local, g.format(), JobTable(f.local.job()));
+    return 0;
+  }
+  CheckRpc(st, g, "jobs get");
   Print(resp, g.format(), JobTable(resp.job()));
   return 0;
 }
@@ -294,6 +340,10 @@ void AddJobsCommands(CLI::App& app, Commands* out) {
   auto add = [&](CLI::App* sub, int (*fn)(const Globals&, const Opts&)) {
     out->push_back({sub, [o, fn](const Globals& g) { return fn(g, *o); }});
   };
+  // Commands about one job go on to its coordinator (Follow).
+  auto add_followed = [&](CLI::App* sub, int (*fn)(const Globals&, const Opts&)) {
+    out->push_back({sub, [o, fn](const Globals& g) { return fn(Follow(g, o->job_id).g, *o); }});
+  };
   auto* jobs = app.add_subcommand("jobs", "federated jobs");
   jobs->require_subcommand(1);
   auto* plan = jobs->add_subcommand("plan", "where a job spec would run now, and why");
@@ -314,23 +364,23 @@ void AddJobsCommands(CLI::App& app, Commands* out) {
   add(list, List);
   auto* cancel = jobs->add_subcommand("cancel", "cancel a job that has not ended");
   cancel->add_option("id", o->job_id, "job id")->required();
-  add(cancel, Cancel);
+  add_followed(cancel, Cancel);
   auto* logs = jobs->add_subcommand("logs", "a rank's raw output (any site, via the coordinator)");
   logs->add_option("id", o->job_id, "job id")->required();
   logs->add_option("--rank", o->rank, "rank (default 0)");
-  add(logs, Logs);
+  add_followed(logs, Logs);
   auto* watch = jobs->add_subcommand("watch", "print state changes until the job ends");
   watch->add_option("id", o->job_id, "job id")->required();
-  add(watch, Watch);
+  add_followed(watch, Watch);
   auto* events = jobs->add_subcommand("events", "the job's story: placed, staging, started, ...");
   events->add_option("id", o->job_id, "job id")->required();
-  add(events, Events);
+  add_followed(events, Events);
 
   auto* vc = app.add_subcommand("vc", "virtual clusters");
   vc->require_subcommand(1);
   auto* vc_get = vc->add_subcommand("get", "rank -> site, node, GPU of a job's latest attempt");
   vc_get->add_option("job_id", o->job_id, "job id")->required();
-  add(vc_get, VcGet);
+  add_followed(vc_get, VcGet);
 }
 
 }  // namespace fedgate::cli

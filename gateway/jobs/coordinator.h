@@ -174,7 +174,9 @@ class Coordinator {
   // coordinator_witness.cc: a job's witnesses keep its record, renewed with
   // the pass like a slice (no hold, no ranks), and are told when it ended
   // (or left RUNNING) so that they forget it rather than take it over.
-  void AskWitnesses(RenewWork* w, const std::set<std::string>& down, FanOut* fan);
+  void AskWitnesses(RenewWork* w, const std::set<std::string>& down, FanOut* fan,
+                    std::vector<std::function<void()>>* local);
+  void CallWitnesses(RenewWork* w, const std::set<std::string>& down, FanOut* fan);
   void TellWitnessesTheEnd(const std::set<std::string>& running);
   void Judge(JobRecord job, const v1::RunPlan& run,
              const std::vector<absl::StatusOr<v1::SliceStatusResponse>>& answers, int64_t now);

@@ -6,6 +6,7 @@
 // of a job's members changes nothing about the job until it can.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <set>
 
 #include "base/str_cat.h"
@@ -116,7 +117,18 @@ bool Coordinator::HearsMajority(const RenewWork& w) {
   for (size_t i = 0; i < w.witnesses.size(); ++i) {
     if (w.witness_answers[i].ok()) heard.insert(w.witnesses[i]);
   }
-  const bool majority = heard.size() >= federation::Majority(members.size());
+  // A job that ran only here and ended here (its witnesses not asked, see
+  // AskWitnesses) may end on this site's word while the last pass heard a
+  // majority.
+  const bool ended_here =
+      !frozen_.contains(job.id) && run.sites_size() > 0 &&
+      std::all_of(run.sites().begin(), run.sites().end(),
+                  [&](const v1::SiteRun& r) { return r.site() == self; }) &&
+      std::all_of(a.begin(), a.begin() + std::min<int>(run.sites_size(), a.size()), [](const auto& x) {
+        return x.ok() && (x->state() == v1::SliceStatusResponse::SUCCEEDED ||
+                          x->state() == v1::SliceStatusResponse::FAILED);
+      });
+  const bool majority = ended_here || heard.size() >= federation::Majority(members.size());
   if (!majority && frozen_.insert(job.id).second) {
     spdlog::warn(
         "job {}: hears {} of its {} members, no majority: changing nothing until it does "

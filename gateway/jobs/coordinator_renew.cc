@@ -50,7 +50,7 @@ void Coordinator::RenewPass() {
     w->job = std::move(j);
     w->run.ParseFromString(w->job.run);
     AskRenewal(w.get(), down, &fan, &local);
-    AskWitnesses(w.get(), down, &fan);
+    AskWitnesses(w.get(), down, &fan, &local);
     work.push_back(std::move(w));
   }
   for (auto& call : local) call();
@@ -98,6 +98,10 @@ void Coordinator::AskRenewal(RenewWork* w, const std::set<std::string>& down, Fa
     const std::string& site =
         i < w->run.sites_size() ? w->run.sites(i).site() : w->run.quota_site();
     if (down.contains(site)) continue;
+    // Without a majority last pass, this site's own slice is not renewed
+    // either: it fences like any other, so a coordinator cut off from its
+    // job's members does not run ranks beside a successor's.
+    if (site == core_->config().site && frozen_.contains(w->job.id)) continue;
     if (home_after_local && i == w->run.sites_size()) {
       bool ended = true;
       for (int k = 0; k < w->run.sites_size(); ++k) {

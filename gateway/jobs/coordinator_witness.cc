@@ -22,7 +22,8 @@ namespace {
 constexpr int kEndNoticePasses = 50;
 }  // namespace
 
-void Coordinator::AskWitnesses(RenewWork* w, const std::set<std::string>& down, FanOut* fan) {
+void Coordinator::AskWitnesses(RenewWork* w, const std::set<std::string>& down, FanOut* fan,
+                               std::vector<std::function<void()>>* local) {
   const std::string& self = core_->config().site;
   for (const auto& s : w->run.witnesses()) {
     if (s != self) w->witnesses.push_back(s);
@@ -30,6 +31,29 @@ void Coordinator::AskWitnesses(RenewWork* w, const std::set<std::string>& down, 
   w->witness_answers.assign(w->witnesses.size(),
                             absl::UnavailableError("not asked: the witness is down"));
   if (w->witnesses.empty()) return;
+  const bool all_here = std::all_of(w->run.sites().begin(), w->run.sites().end(),
+                                    [&](const v1::SiteRun& r) { return r.site() == self; });
+  if (all_here) {
+    // A job that ran only here: its witnesses are asked once this site's
+    // own answers are in, and not at all when they say it ended (a short
+    // job costs its witnesses nothing).
+    local->push_back([this, w, down, fan] {
+      for (int i = 0; i < w->run.sites_size() && i < static_cast<int>(w->answers.size()); ++i) {
+        const auto& a = w->answers[i];
+        if (a.ok() && (a->state() == v1::SliceStatusResponse::SUCCEEDED ||
+                       a->state() == v1::SliceStatusResponse::FAILED)) {
+          return;
+        }
+      }
+      CallWitnesses(w, down, fan);
+    });
+    return;
+  }
+  CallWitnesses(w, down, fan);
+}
+
+void Coordinator::CallWitnesses(RenewWork* w, const std::set<std::string>& down, FanOut* fan) {
+  const std::string& self = core_->config().site;
   {
     std::lock_guard lock(witness_mu_);
     Witnessed& seen = witnessed_[w->job.id];

@@ -105,6 +105,9 @@ class GatewayCore {
   absl::StatusOr<v1::PlanResponse> PlanForJobs(const v1::JobSpec& spec, std::string* note);
   // Where to dial `site` for reservations ("" when it would refuse us).
   std::string ReservationEndpoint(const std::string& site);
+  // Where `site`'s gateway is dialled: its peer endpoint, else the one its
+  // signed ad names ("" when neither is known).
+  std::string SiteEndpoint(const std::string& site);
   // Approved peers that are down now (silent past a few advertise intervals).
   std::set<std::string> DownPeers();
   // Ads `peer` has not been sent (as their origins signed them, where they did).

@@ -109,6 +109,15 @@ std::string GatewayCore::ReservationEndpoint(const std::string& site) {
   return "";
 }
 
+std::string GatewayCore::SiteEndpoint(const std::string& site) {
+  std::lock_guard lock(mu_);
+  for (const auto& p : peers_.List()) {
+    if (p.site == site) return p.endpoint;
+  }
+  if (auto stored = ads_.Get(site)) return stored->ad.endpoint();
+  return "";
+}
+
 void GatewayCore::RecordLink(const v1::Link& link) {
   {
     std::lock_guard lock(mu_);

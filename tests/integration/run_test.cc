@@ -213,16 +213,27 @@ TEST_F(RunTest, ASiteOfAJobKeepsItsRecordAndAnswersForIt) {
   const auto text = RunCommand({FedctlBin(), "--gateway", fed_.endpoint("site-b"), "--tls-dir",
                                  tmp_ / "alice", "jobs", "get", id});
   EXPECT_NE(text.out.find("coordinated by site-a at term 1"), std::string::npos) << text.out;
-  const auto at_c = Alice("site-c", {"jobs", "get", id});
-  EXPECT_NE(at_c.exit_code, 0) << "site-c runs none of it: " << at_c.out;
+  // site-c runs none of it but witnesses it: it keeps the record as well, and
+  // fedctl asking there is led to the coordinator's own view.
+  const v1::Job at_c = Get("site-c", id);
+  EXPECT_EQ(at_c.coordinator(), "site-a") << fed_.log("site-c");
+  EXPECT_EQ(at_c.term(), 1u);
+  EXPECT_NE(at_c.reason().find("site-c's copy"), std::string::npos) << at_c.reason();
+  const auto followed = Alice("site-c", {"jobs", "get", id});
+  EXPECT_EQ(followed.exit_code, 0) << followed.err;
+  EXPECT_NE(followed.out.find("running on 1 site(s)"), std::string::npos) << followed.out;
   WriteTlsDir(tmp_ / "bob", ca_.User("speech", "bob"));
   const auto bob = RunCommand({FedctlBin(), "-o", "json", "--gateway", fed_.endpoint("site-b"),
                                "--tls-dir", tmp_ / "bob", "jobs", "get", id});
   EXPECT_NE(bob.exit_code, 0) << "another tenant's job: " << bob.out;
   EXPECT_EQ(bob.out.find("kept"), std::string::npos);
   EXPECT_EQ(Alice("site-a", {"jobs", "cancel", id}).exit_code, 0);
-  EXPECT_TRUE(Eventually([&] { return Alice("site-b", {"jobs", "get", id}).exit_code != 0; }, 20000))
-      << "the copy goes with the slice";
+  auto kept_at = [&](const std::string& site) {
+    return Alice(site, {"--no-follow", "jobs", "get", id}).exit_code == 0;
+  };
+  EXPECT_TRUE(Eventually([&] { return !kept_at("site-b"); }, 20000)) << "the copy goes with the slice";
+  EXPECT_TRUE(Eventually([&] { return !kept_at("site-c"); }, 20000))
+      << "the witness forgets the ended job";
 }
 
 TEST_F(RunTest, APyTorchGlooProgramFormsOneWorldAcrossSites) {

@@ -95,6 +95,13 @@ TEST_F(CoordinatorTakeover, ACoordinatorLostForGoodIsTakenOverAndTheJobFinishesU
       },
       5000))
       << "site-c follows the new coordinator from its first renewal";
+  // `fedctl jobs get` at site-c goes on to the coordinator; site-a, dead,
+  // is never pointed at.
+  auto at_c = Alice("site-c", {"jobs", "get", id});
+  EXPECT_EQ(at_c.exit_code, 0) << at_c.err;
+  EXPECT_NE(at_c.err.find("is coordinated by " + to), std::string::npos) << at_c.err;
+  EXPECT_EQ(at_c.out.find("copy of the job's record"), std::string::npos)
+      << "answered by the coordinator, not from site-c's copy: " << at_c.out;
   // It runs on to its end: the same attempt, the same world, started once.
   ASSERT_TRUE(WaitState(to, id, v1::Job::SUCCEEDED, 30000))
       << Get(to, id).reason() << fed_.log(to);
@@ -129,9 +136,15 @@ TEST_F(CoordinatorTakeover, AFrozenCoordinatorLearnsAtItsReturnThatTheJobMovedAn
   const v1::Job at_a = Get("site-a", id);
   EXPECT_EQ(at_a.term(), 2u);
   EXPECT_NE(at_a.reason().find("coordinated by " + to), std::string::npos) << at_a.reason();
-  auto cancel = Alice("site-a", {"jobs", "cancel", id});
-  EXPECT_NE(cancel.exit_code, 0) << "a cancel goes to the coordinator";
+  auto cancel = Alice("site-a", {"--no-follow", "jobs", "cancel", id});
+  EXPECT_NE(cancel.exit_code, 0) << "site-a cancels nothing it does not coordinate";
   EXPECT_NE(cancel.err.find(to), std::string::npos) << cancel.err;
+  // fedctl asked at site-a goes on to the coordinator: its answer, not site-a's.
+  auto followed = Alice("site-a", {"jobs", "get", id});
+  EXPECT_EQ(followed.exit_code, 0) << followed.err;
+  EXPECT_NE(followed.err.find("is coordinated by " + to), std::string::npos) << followed.err;
+  EXPECT_EQ(followed.out.find("could not renew it"), std::string::npos)
+      << "the new coordinator's view, not site-a's row: " << followed.out;
   ASSERT_TRUE(WaitState(to, id, v1::Job::SUCCEEDED, 40000)) << Get(to, id).reason();
   EXPECT_EQ(Get(to, id).attempt(), 1u);
   EXPECT_EQ(Get(to, id).run().restart(), 0u);

@@ -190,7 +190,8 @@ class NetnsFederation : public ::testing::Test {
     v1::GetJobResponse resp;
     google::protobuf::util::JsonParseOptions lax;
     lax.ignore_unknown_fields = true;
-    (void)google::protobuf::util::JsonStringToMessage(Alice(s, "jobs get " + id).out, &resp, lax);
+    (void)google::protobuf::util::JsonStringToMessage(Alice(s, "--no-follow jobs get " + id).out,
+                                                      &resp, lax);
     return resp.job();
   }
 

@@ -290,6 +290,8 @@ TEST_F(CoordinatorTest, AFrozenSiteDoesNotDelayRenewalsElsewhere) {
   ASSERT_TRUE(fakes_.WaitForQueued("site-b", 1));
   // site-a is renewed while site-b's call still waits.
   EXPECT_TRUE(fakes_.WaitForDelivered("SliceStatus", "site-a", before + 1));
+  // Then site-b is asked again, as on_a's witness: both calls wait.
+  ASSERT_TRUE(fakes_.WaitForQueued("site-b", 2));
   fakes_.Expire("site-b");
   renew.join();
   // Most of a lease later, site-a's slice still runs: its renewal counted.
