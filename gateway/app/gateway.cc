@@ -281,6 +281,12 @@ absl::Status Gateway::MakeJobs() {
     participant_->SetStager(stager_.get());
     takeover_ = std::make_unique<Takeover>(core_.get(), participant_.get(),
                                            participant_client_.get(), coordinator_.get());
+    metrics_->Describe("fedgate_job_silences_confirmed_total", "counter",
+                       "Times a majority of a job's members confirmed its coordinator silent, so "
+                       "that this site's slice kept running past its lease for a takeover.");
+    metrics_->OnScrape([t = takeover_.get()](Metrics& m) {
+      m.Set("fedgate_job_silences_confirmed_total", {}, static_cast<double>(t->silences_confirmed()));
+    });
     job_manager_->SetCoordinator(coordinator_.get());
     job_manager_->SetCopyReader(
         [p = participant_.get()](const std::string& id) { return p->JobFromCopy(id); });

@@ -26,6 +26,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "federation/member_contact.h"
 #include "federation/scheduler.h"
 #include "fedgate/v1/federation.pb.h"
 #include "fedgate/v1/jobs.pb.h"
@@ -178,6 +179,13 @@ class Coordinator {
                     std::vector<std::function<void()>>* local);
   void CallWitnesses(RenewWork* w, const std::set<std::string>& down, FanOut* fan);
   void TellWitnessesTheEnd(const std::set<std::string>& running);
+  // coordinator_contact.cc: the unbroken contact with each member of a job
+  // (renewals answered, sent at `sent`), and how long a site of it that
+  // went silent may be before its slice counts as lost: the short fence
+  // when no majority can have confirmed its coordinator silent.
+  void NoteContacts(const RenewWork& w, int64_t sent, int64_t now);
+  int64_t LostAfterMs(const JobRecord& job, const v1::RunPlan& run,
+                      const std::vector<absl::StatusOr<v1::SliceStatusResponse>>& answers);
   void Judge(JobRecord job, const v1::RunPlan& run,
              const std::vector<absl::StatusOr<v1::SliceStatusResponse>>& answers, int64_t now);
   // coordinator_replace.cc: recovery: replace. The verdict on a renewal
@@ -185,7 +193,7 @@ class Coordinator {
   // (placement thread).
   void JudgeReplace(JobRecord job, v1::RunPlan run,
                     const std::vector<absl::StatusOr<v1::SliceStatusResponse>>& answers,
-                    int64_t now);
+                    int64_t now, int64_t lost_after_ms);
   // Halts the ranks at the sites `which`, keeping their GPUs.
   void Halt(const JobRecord& job, const v1::RunPlan& run, const std::vector<int>& which);
   void DriveReplacement(JobRecord job, const std::vector<std::string>& unreachable);
@@ -236,6 +244,8 @@ class Coordinator {
   federation::FairShare share_ ABSL_GUARDED_BY(share_mu_);
   uint64_t last_epoch_ = 0;                                        // placement thread only
   std::map<std::string, std::map<std::string, int64_t>> last_ok_;  // renewal thread only
+  // job -> member -> unbroken contact (renewal thread only).
+  std::map<std::string, std::map<std::string, federation::MemberContact>> contact_;
   // The version of each job's record each site said it keeps (renewal
   // thread): a renewal carries the record to a site whose copy is older.
   std::map<std::string, std::map<std::string, uint64_t>> copy_acked_;

@@ -44,6 +44,7 @@ void Coordinator::RenewPass() {
   std::vector<std::unique_ptr<RenewWork>> work;
   FanOut fan;
   std::vector<std::function<void()>> local;  // inline calls, after the remote ones are out
+  const int64_t sent = core_->clock()->NowMs();
   for (auto& j : *jobs) {
     if (j.state != JobState::kRunning) continue;
     auto w = std::make_unique<RenewWork>();
@@ -64,6 +65,7 @@ void Coordinator::RenewPass() {
     }
     running.insert(w->job.id);
     GrantsAnswered(*w);
+    NoteContacts(*w, sent, now);
     if (!HearsMajority(*w)) continue;
     auto& acked = copy_acked_[w->job.id];
     for (int i = 0; i < w->run.sites_size() && i < static_cast<int>(w->answers.size()); ++i) {
@@ -76,6 +78,7 @@ void Coordinator::RenewPass() {
   }
   std::erase_if(last_ok_, [&](const auto& e) { return !running.contains(e.first); });
   std::erase_if(copy_acked_, [&](const auto& e) { return !running.contains(e.first); });
+  std::erase_if(contact_, [&](const auto& e) { return !running.contains(e.first); });
   std::erase_if(copy_asks_, [&](const auto& e) { return !running.contains(e.first); });
   TellWitnessesTheEnd(running);
   ++renew_passes_;
@@ -145,15 +148,14 @@ void Coordinator::AskRenewal(RenewWork* w, const std::set<std::string>& down, Fa
 void Coordinator::Judge(JobRecord job, const v1::RunPlan& run,
                         const std::vector<absl::StatusOr<v1::SliceStatusResponse>>& answers,
                         int64_t now) {
+  // A site is lost only once its slice has surely stopped (past its fence).
+  const int64_t lost_after = LostAfterMs(job, run, answers);
   if (job.spec.recovery() == "replace" && !federation::PastTimeLimit(job.spec, run, now)) {
-    JudgeReplace(std::move(job), run, answers, now);
+    JudgeReplace(std::move(job), run, answers, now, lost_after);
     return;
   }
-  // A site is lost only once its slice has surely stopped (past its fence).
-  const RenewVerdict v =
-      federation::JudgeRenewal(job.spec, job.attempt, run, answers, now,
-                               SiteLostAfterMs(run, core_->config().site, lease_ms_),
-                               &last_ok_[job.id]);
+  const RenewVerdict v = federation::JudgeRenewal(job.spec, job.attempt, run, answers, now,
+                                                  lost_after, &last_ok_[job.id]);
   int64_t worst = worst_gap_ms_.load();
   while (v.worst_gap_ms > worst && !worst_gap_ms_.compare_exchange_weak(worst, v.worst_gap_ms)) {
   }

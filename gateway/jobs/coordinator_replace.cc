@@ -32,7 +32,7 @@ using Stage = v1::Replacement;
 
 void Coordinator::JudgeReplace(JobRecord job, v1::RunPlan run,
                                const std::vector<absl::StatusOr<v1::SliceStatusResponse>>& answers,
-                               int64_t now) {
+                               int64_t now, int64_t lost_after_ms) {
   std::map<std::pair<std::string, std::string>, double> links;
   bool links_read = false;
   auto gbps = [&](const std::string& from, const std::string& to) {
@@ -47,8 +47,7 @@ void Coordinator::JudgeReplace(JobRecord job, v1::RunPlan run,
   const uint32_t restart_before = run.restart();
   const bool was_replacing = run.has_replacing();
   const WorldVerdict v =
-      federation::JudgeWorld(job.spec, now, SiteLostAfterMs(run, core_->config().site, lease_ms_),
-                             core_->config().jobs.replace_timeout_ms,
+      federation::JudgeWorld(job.spec, now, lost_after_ms, core_->config().jobs.replace_timeout_ms,
                              answers, &last_ok_[job.id], gbps, &run);
   copy_asks_[job.id] = v.copy_to;
   int64_t worst = worst_gap_ms_.load();

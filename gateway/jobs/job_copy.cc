@@ -4,6 +4,7 @@
 
 #include "base/str_cat.h"
 #include "federation/coordinator_term.h"
+#include "federation/member_contact.h"
 #include "gateway/jobs/participant_limits.h"
 
 namespace fedgate::gateway {
@@ -83,10 +84,19 @@ int64_t SliceFenceMs(const v1::RunPlan& run, const std::string& coordinator, int
                                      run.takeover_after_ms(), run.takeover_stagger_ms(), lease_ms);
 }
 
-int64_t SiteLostAfterMs(const v1::RunPlan& run, const std::string& coordinator, int64_t lease_ms) {
+int64_t UnconfirmedSliceFenceMs(const v1::RunPlan& run, const std::string& coordinator,
+                                int64_t lease_ms) {
+  if (SuccessorsOf(run, coordinator).empty()) return lease_ms;
+  return federation::UnconfirmedFenceMs(SliceFenceMs(run, coordinator, lease_ms), lease_ms);
+}
+
+int64_t SiteLostAfterMs(const v1::RunPlan& run, const std::string& coordinator, int64_t lease_ms,
+                        bool unconfirmable) {
   // Past the fence (and the shims' margin after it) its ranks were told to
   // stop, past the grace they are dead; the skew covers the clocks.
-  const int64_t fence = SliceFenceMs(run, coordinator, lease_ms) + participant_limits::kShimFenceMarginMs;
+  const int64_t fence = (unconfirmable ? UnconfirmedSliceFenceMs(run, coordinator, lease_ms)
+                                       : SliceFenceMs(run, coordinator, lease_ms)) +
+                        participant_limits::kShimFenceMarginMs;
   return federation::SliceLostAfterMs(0, fence, participant_limits::kKillGraceMs,
                                       kAllowedClockSkewMs);
 }

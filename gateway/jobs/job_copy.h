@@ -48,11 +48,19 @@ std::vector<std::string> SuccessorsOf(const v1::RunPlan& run, const std::string&
 // could have taken over and renewed it.
 int64_t SliceFenceMs(const v1::RunPlan& run, const std::string& coordinator, int64_t lease_ms);
 
+// The same while no majority of the job's members confirmed its coordinator
+// silent (federation/member_contact.h): one more lease to ask them.
+int64_t UnconfirmedSliceFenceMs(const v1::RunPlan& run, const std::string& coordinator,
+                                int64_t lease_ms);
+
 // How long a coordinator waits without hearing a site before it calls the
 // site's slice lost: past the site's fence and the margin after which its
 // shims stop the ranks even with its gateway dead, the stop grace and the
 // allowed clock skew, so the lost slice's ranks have surely stopped before
 // anything replaces them (two worlds of one job never run at once).
-int64_t SiteLostAfterMs(const v1::RunPlan& run, const std::string& coordinator, int64_t lease_ms);
+// `unconfirmable`: the site cannot have had its coordinator's silence
+// confirmed (SilenceUnconfirmable), so its short fence stopped the ranks.
+int64_t SiteLostAfterMs(const v1::RunPlan& run, const std::string& coordinator, int64_t lease_ms,
+                        bool unconfirmable);
 
 }  // namespace fedgate::gateway

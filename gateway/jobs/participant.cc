@@ -338,7 +338,20 @@ absl::StatusOr<v1::SliceStatusResponse> Participant::Status(const std::string& f
   WriteFence(fence);
   // A term accepted is stored before the new coordinator hears so.
   if (auto st = PersistTerm(req.key().job_id(), new_term); !st.ok()) return st;
-  if (req.has_copy()) resp.set_copy_version(KeepJobCopy(from, req.key(), req.copy()));
+  if (req.has_copy()) {
+    resp.set_copy_version(KeepJobCopy(from, req.key(), req.copy()));
+    // The record may have changed who can take the job over, and with it
+    // the fence written above.
+    FenceWrite again;
+    {
+      std::lock_guard lock(mu_);
+      auto it = slices_.find({req.key().job_id(), req.key().epoch()});
+      if (!fence.path.empty() && it != slices_.end() && !it->second.stopping) {
+        again = FenceOfLocked(it->second);
+      }
+    }
+    if (again.deadline_ms != fence.deadline_ms) WriteFence(again);
+  }
   if (!checkpoints) return resp;
   // The job's checkpoints here, read without the lock; a copy the
   // coordinator asks for runs in the background.
@@ -361,6 +374,7 @@ absl::Status Participant::StatusLocked(const std::string& from, const v1::SliceS
   // A quota hold (this site is the tenant's home) lives on the same lease.
   const federation::QuotaHold* quota =
       quota_.Renew(req.key().job_id(), req.key().epoch(), clock_->NowMs(), lease);
+  if (auto c = copies_.find(req.key().job_id()); c != copies_.end()) c->second.lease_ms = lease;
   if (it == slices_.end()) {
     if (ledger_.Find(req.key().job_id(), req.key().epoch()) != nullptr) {
       resp->set_state(SliceState::HELD);

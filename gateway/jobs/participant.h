@@ -125,6 +125,14 @@ class Participant {
     // slice here, until the coordinator says the job left RUNNING or it
     // has heard no coordinator for kFinishedSliceKeepMs.
     bool witness = false;
+    // The `term.heard_ms` at which a majority of the members confirmed the
+    // coordinator silent (-1: never): the slices here keep the takeover
+    // fence until the coordinator, or a successor, is heard again.
+    int64_t confirmed_heard_ms = -1;
+    // The lease the coordinator last gave (0: none yet): a member that has
+    // heard it within this lease grants no pre-vote, whatever its own
+    // configured lease (the coordinator counts on it).
+    int64_t lease_ms = 0;
   };
   // A job whose coordinator this site has not heard for as long as this
   // site's place in the succession asks it to wait: this site may ask the
@@ -139,6 +147,21 @@ class Participant {
     int position = 0;      // in the succession (0 = the first successor)
   };
   std::vector<TakeoverDue> TakeoversDue();
+  // participant_silence.cc: jobs whose slices here outlived their lease
+  // without a renewal and whose coordinator's silence no majority has
+  // confirmed yet, while their short fence still runs: this site asks the
+  // members for pre-votes (the Takeover loop).
+  struct SilenceDue {
+    std::string job_id;
+    uint64_t term = 0;
+    std::vector<std::string> members;
+    int64_t heard_ms = 0;  // the silence asked about: since this hearing
+  };
+  std::vector<SilenceDue> SilencesToConfirm();
+  // A majority would vote the coordinator out: the job's slices here keep
+  // the takeover fence (the shims' fence files pushed forward) unless the
+  // coordinator was heard since or the short fence has already passed.
+  bool ConfirmSilence(const std::string& job_id, int64_t heard_ms);
   // This site won `term` of the job with `grants`: its own record follows it
   // at once (stored), so it never grants the term after to anyone while it
   // coordinates (stickiness holds for the winner too).

@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "base/str_cat.h"
+#include "federation/member_contact.h"
 #include "gateway/security/ad_signing.h"
 #include "gateway/jobs/job_copy.h"
 #include "gateway/jobs/participant.h"
@@ -169,7 +170,9 @@ uint64_t Participant::KeepJobCopy(const std::string& from, const v1::Reservation
   }
   if (copy.version() > kept.version) {
     const federation::TermState was = kept.term;
+    const int64_t lease = kept.lease_ms;
     kept = KeptOf(*job, copy.version(), config_.site);
+    kept.lease_ms = lease;
     if (was.term == kept.term.term) kept.term.voted_for = was.voted_for;
     kept.term.heard_ms = std::max(was.heard_ms, clock_->NowMs());
   }
@@ -211,9 +214,10 @@ int64_t Participant::FenceExtraLocked(const std::string& job_id, int64_t lease_m
   auto it = copies_.find(job_id);
   if (it == copies_.end() || it->second.successors.empty()) return 0;
   const KeptCopy& k = it->second;
-  return federation::TakeoverFenceMs(k.successors.size(), k.takeover_after_ms, k.stagger_ms,
-                                     lease_ms) -
-         lease_ms;
+  const int64_t fence = federation::TakeoverFenceMs(k.successors.size(), k.takeover_after_ms,
+                                                    k.stagger_ms, lease_ms);
+  const bool confirmed = k.confirmed_heard_ms >= 0 && k.confirmed_heard_ms == k.term.heard_ms;
+  return (confirmed ? fence : federation::UnconfirmedFenceMs(fence, lease_ms)) - lease_ms;
 }
 
 absl::StatusOr<std::optional<v1::Job>> Participant::JobFromCopy(const std::string& job_id) const {

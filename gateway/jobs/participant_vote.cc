@@ -36,6 +36,7 @@ absl::StatusOr<v1::VoteResponse> Participant::Vote(const std::string& from,
       lease = std::max(lease, s->second.lease_ms);
     }
     KeptCopy& kept = it->second;
+    lease = std::max(lease, kept.lease_ms);
     a = federation::AnswerVote(&kept.term, kept.members,
                                {req.job_id(), req.term(), from, req.pre_vote()}, clock_->NowMs(),
                                std::max<int64_t>(lease, kMinLeaseMs));

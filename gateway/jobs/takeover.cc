@@ -47,6 +47,7 @@ void Takeover::Stop() {
 }
 
 void Takeover::Pass() {
+  ConfirmSilences(participant_->SilencesToConfirm());
   std::set<std::string> due_ids;
   for (const auto& due : participant_->TakeoversDue()) {
     due_ids.insert(due.job_id);

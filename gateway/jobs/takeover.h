@@ -35,8 +35,14 @@ class Takeover {
   // Elections this site started and won, since start.
   uint64_t elections() const { return elections_; }
   uint64_t won() const { return won_; }
+  // Silences a majority confirmed, so that slices here kept running.
+  uint64_t silences_confirmed() const { return silences_confirmed_; }
 
  private:
+  // takeover_silence.cc: for each slice past its lease, a pre-vote round to
+  // the job's members at once; a majority keeps the slice running until a
+  // successor can take over (Participant::ConfirmSilence).
+  void ConfirmSilences(const std::vector<Participant::SilenceDue>& due);
   void Elect(const Participant::TakeoverDue& due);
   // Asks every member at once; the answers in member order.
   std::vector<absl::StatusOr<v1::VoteResponse>> AskAll(const Participant::TakeoverDue& due,
@@ -50,7 +56,7 @@ class Takeover {
   ParticipantCalls* calls_;
   Coordinator* coordinator_;
   std::map<std::string, int64_t> next_try_ms_;  // by job id (loop thread)
-  std::atomic<uint64_t> elections_{0}, won_{0};
+  std::atomic<uint64_t> elections_{0}, won_{0}, silences_confirmed_{0};
   std::mutex mu_;
   std::condition_variable wake_;
   bool stop_ = false;

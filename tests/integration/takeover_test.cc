@@ -110,6 +110,11 @@ TEST_F(CoordinatorTakeover, ACoordinatorLostForGoodIsTakenOverAndTheJobFinishesU
   EXPECT_EQ(done.run().restart(), 0u);
   EXPECT_EQ(done.coordinator(), to);
   EXPECT_EQ(CountEvents(to, id, "coordinator_moved"), 1);
+  // Both slices outlived their short fence (two leases) because each site
+  // heard from the other that site-a was silent there too.
+  for (const char* s : {"site-b", "site-c"}) {
+    EXPECT_NE(fed_.log(s).find("has not heard its coordinator either"), std::string::npos) << s;
+  }
   // Its story here begins with the takeover; no rank was started again.
   EXPECT_EQ(CountEvents(to, id, "started"), 0) << "the ranks never started again";
   EXPECT_TRUE(Eventually([&] { return Free("site-b", "site-b") == 4 && Free("site-b", "site-c") == 4; },

@@ -5,6 +5,8 @@
 // majority of valid grants, after which the old term is fenced off.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "gateway/jobs/participant.h"
 #include "gateway/security/ad_signing.h"
 #include "gateway/store/store.h"
@@ -40,9 +42,17 @@ class TakeoverTest : public ::testing::Test {
     auto p = std::make_unique<Participant>(config_, &clock_, store_.get());
     auto runner = std::make_unique<FakeRankRunner>();
     runner->SetSupervised(true);  // ranks outlive a restart: the slice is re-attached
+    runner_ = runner.get();
     p->SetRunner(std::move(runner));
     p->SetGrantAuthority(authority_.get());
     return p;
+  }
+  // The deadline in the slice's fence file (what its shims obey).
+  int64_t FenceFile() const {
+    std::ifstream in(config_.data_dir + "/jobs/" + kJob + "/attempt-1/fence-1");
+    int64_t deadline = -1;
+    in >> deadline;
+    return deadline;
   }
   v1::ReservationKey Key(uint64_t term) const {
     v1::ReservationKey k;
@@ -131,6 +141,7 @@ class TakeoverTest : public ::testing::Test {
   std::unique_ptr<FileAdAuthority> authority_;
   std::unique_ptr<Store> store_;
   std::unique_ptr<Participant> p_;
+  FakeRankRunner* runner_ = nullptr;  // p_'s
 };
 
 TEST_F(TakeoverTest, AMemberGrantsOneCandidatePerTermOnlyOnceTheCoordinatorIsSilent) {
@@ -240,6 +251,33 @@ TEST_F(TakeoverTest, ANewCoordinatorIsServedWithAMajorityOfValidGrantsAndTheOldT
 namespace fedgate::gateway {
 namespace {
 
+// Takeovers allowed, but no majority confirms the coordinator silent (it is
+// merely cut off from this site): the slice stops one lease past its lease,
+// and a word that comes after that changes nothing.
+TEST_F(TakeoverTest, AnUnconfirmedSilenceStopsTheSliceOneLeasePastItsLease) {
+  v1::SliceStatusRequest q;
+  *q.mutable_key() = Key(1);
+  q.set_lease_ms(kLeaseMs);
+  q.mutable_copy()->set_job(RecordOfBj(15'000, 5'000).SerializeAsString());
+  q.mutable_copy()->set_version(2);
+  ASSERT_TRUE(p_->Status("bj", q).ok());
+  const int64_t heard = clock_.NowMs();
+  clock_.Advance(2 * kLeaseMs - 100);
+  p_->Sweep();
+  EXPECT_EQ(p_->SilencesToConfirm().size(), 1u) << "still within the short fence";
+  ASSERT_FALSE(runner_->launched().empty());
+  const pid_t rank = runner_->launched()[0].pid;
+  EXPECT_TRUE(runner_->SignalsTo(rank).empty()) << "the rank runs within the short fence";
+  clock_.Advance(200);
+  p_->Sweep();
+  const auto signals = runner_->SignalsTo(rank);
+  ASSERT_FALSE(signals.empty()) << "stopped at the short fence";
+  EXPECT_EQ(signals[0], SIGTERM);
+  EXPECT_TRUE(p_->SilencesToConfirm().empty());
+  EXPECT_FALSE(p_->ConfirmSilence(kJob, heard)) << "too late: the ranks were told to stop";
+  EXPECT_EQ(FenceFile(), heard + 2 * kLeaseMs + 500) << "the fence did not move";
+}
+
 // The same job once its coordinator allows takeovers (15 s, stagger 5 s):
 // site-a, first of the world in rank order, is its first successor.
 TEST_F(TakeoverTest, TheFirstSuccessorIsDueAfterItsDelayAndAFencedSliceKeepsTheRecord) {
@@ -254,9 +292,25 @@ TEST_F(TakeoverTest, TheFirstSuccessorIsDueAfterItsDelayAndAFencedSliceKeepsTheR
   EXPECT_EQ(renewed->copy_version(), 2u);
   EXPECT_TRUE(p_->TakeoversDue().empty()) << "bj was just heard";
 
-  // Past the lease the slice runs on: a successor may yet renew it (its
-  // fence is 15 s + 5 s x (2 successors - 1) + the 5 s lease).
-  clock_.Advance(14'900);
+  // Its shims' fence: one lease past the lease while nobody confirmed the
+  // coordinator silent.
+  const int64_t heard = clock_.NowMs();
+  EXPECT_EQ(FenceFile(), heard + 2 * kLeaseMs + 500);
+  clock_.Advance(kLeaseMs - 100);
+  EXPECT_TRUE(p_->SilencesToConfirm().empty()) << "within the lease";
+  clock_.Advance(200);
+  auto silent = p_->SilencesToConfirm();
+  ASSERT_EQ(silent.size(), 1u);
+  EXPECT_EQ(silent[0].job_id, kJob);
+  EXPECT_EQ(silent[0].term, 1u);
+  EXPECT_EQ(silent[0].heard_ms, heard);
+  EXPECT_EQ(silent[0].members, (std::vector<std::string>{"bj", "sh", "site-a"}));
+  // A majority would vote bj out: the slice runs on until a successor may
+  // have renewed it (15 s + 5 s x (2 successors - 1) + the 5 s lease).
+  ASSERT_TRUE(p_->ConfirmSilence(kJob, heard));
+  EXPECT_EQ(FenceFile(), heard + 25'000 + 500);
+  EXPECT_TRUE(p_->SilencesToConfirm().empty()) << "confirmed once";
+  clock_.Advance(14'900 - kLeaseMs - 100);
   p_->Sweep();
   EXPECT_EQ(p_->FreeGpus()["n1"], 3u) << "the slice still holds its GPU";
   EXPECT_TRUE(p_->TakeoversDue().empty()) << "not before takeover_after";
