@@ -145,12 +145,15 @@ CallCheck AcceptCoordinatorCall(TermState* s, const std::vector<std::string>& me
     c.reason = std::move(why);
     return c;
   };
-  if (!IsMember(members, from)) {
-    return answer(false, true, StrCat(from, " is no member of job ", job_id));
-  }
+  // An older term is stale whoever sends it: a coordinator that was
+  // replaced and left out of the job's new members must still learn where
+  // the job went, or it would go on calling for it.
   if (term < s->term) {
     return answer(false, false, StrCat("term ", term, " is over: job ", job_id, " is at term ",
                                        s->term, ", ", Who(s->coordinator)));
+  }
+  if (!IsMember(members, from)) {
+    return answer(false, true, StrCat(from, " is no member of job ", job_id));
   }
   if (term == s->term && !s->coordinator.empty()) {
     if (from != s->coordinator) {

@@ -10,6 +10,7 @@
 
 #include "base/str_cat.h"
 #include "federation/member_contact.h"
+#include "federation/saturating.h"
 #include "gateway/security/ad_signing.h"
 #include "gateway/jobs/job_copy.h"
 #include "gateway/jobs/participant.h"
@@ -203,10 +204,23 @@ absl::Status Participant::TakeLead(const std::string& job_id, uint64_t term,
   key.set_job_id(job_id);
   key.set_term(term);
   std::optional<StoredJobTerm> persist;
+  std::vector<FenceWrite> fences;
   {
     std::lock_guard lock(mu_);
     if (auto st = CheckTermLocked(key, config_.site, verified, &persist); !st.ok()) return st;
+    // This site coordinates the job now: its own slice has heard its
+    // coordinator. Taking the term ends the confirmed silence (the fence
+    // falls back to the short one), so without this a sweep before the
+    // first renewal of the new term stopped the slice it was taken over for.
+    const int64_t now = clock_->NowMs();
+    for (auto s = slices_.lower_bound({job_id, 0}); s != slices_.end() && s->first.first == job_id; ++s) {
+      Slice& slice = s->second;
+      if (slice.state != SliceState::RUNNING || slice.stopping || slice.released) continue;
+      slice.lease_deadline_ms = std::max(slice.lease_deadline_ms, federation::SatAdd(now, slice.lease_ms));
+      if (!slice.ranks.empty() && !slice.parked) fences.push_back(FenceOfLocked(slice));
+    }
   }
+  for (const auto& f : fences) WriteFence(f);
   return PersistTerm(job_id, persist);
 }
 

@@ -76,7 +76,9 @@ TEST_F(RunTest, CompetingJobsNeverOverbookAndCancelFreesEveryGpu) {
   ASSERT_TRUE(Eventually([&] { return fed_.Converged({"site-a", "site-b"}); }, 15000));
   std::vector<std::string> ids;
   for (int i = 0; i < 3; ++i) {
-    ids.push_back(Submit("site-a", "name: sleeper\ngpus: 6\ncommand: [sleep, '30']\n"));
+    // Longer than the watch below takes even instrumented (fedctl starts in
+    // 0.4 s under AddressSanitizer): the running one is cancelled, not done.
+    ids.push_back(Submit("site-a", "name: sleeper\ngpus: 6\ncommand: [sleep, '300']\n"));
   }
   // Only one 6-GPU job fits in 8 GPUs; the others wait. Watch for a while:
   // never more than one running, never negative free GPUs.

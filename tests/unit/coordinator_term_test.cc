@@ -116,6 +116,19 @@ TEST(CoordinatorTerm, ANonMemberIsRefusedAsHostile) {
   EXPECT_TRUE(c.hostile);
 }
 
+TEST(CoordinatorTerm, AnOldCoordinatorLeftOutOfTheMembersStillLearnsWhereTheJobWent) {
+  // The job moved to b at term 2 and b's new world left a out of the members.
+  TermState s = Following("b", 2, 9'000);
+  const std::vector<std::string> now_members = {"b", "c", "d"};
+  const auto old = AcceptCoordinatorCall(&s, now_members, kJob, 1, "a", {}, 10'000);
+  EXPECT_FALSE(old.ok);
+  EXPECT_FALSE(old.hostile) << "late, not hostile: it must step down, not retry";
+  EXPECT_EQ(old.coordinator, "b");
+  EXPECT_EQ(s.heard_ms, 9'000) << "a stale call is no word of the coordinator";
+  const auto same = AcceptCoordinatorCall(&s, now_members, kJob, 2, "a", {}, 10'000);
+  EXPECT_TRUE(same.hostile) << "at the current term a non-member is still refused as hostile";
+}
+
 TEST(CoordinatorTerm, GrantsCountOncePerMemberForThatTermAndCandidate) {
   EXPECT_TRUE(GrantsMajority(kMembers, kJob, 2, "b", {GrantOf("b"), GrantOf("c")}));
   EXPECT_FALSE(GrantsMajority(kMembers, kJob, 2, "b", {GrantOf("b"), GrantOf("b")}));
