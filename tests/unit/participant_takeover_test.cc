@@ -347,5 +347,38 @@ TEST_F(TakeoverTest, TheFirstSuccessorIsDueAfterItsDelayAndAFencedSliceKeepsTheR
             absl::StatusCode::kPermissionDenied);
 }
 
+
+// site-a takes the job over while its own slice runs on a confirmed
+// silence: taking the term is hearing the coordinator (itself), so its
+// slice is not stopped at the short fence before the first renewal.
+TEST_F(TakeoverTest, TheWinnersOwnSliceRunsOnFromTheMomentItTakesTheTerm) {
+  v1::SliceStatusRequest q;
+  *q.mutable_key() = Key(1);
+  q.set_lease_ms(kLeaseMs);
+  q.mutable_copy()->set_job(RecordOfBj(15'000, 5'000).SerializeAsString());
+  q.mutable_copy()->set_version(2);
+  ASSERT_TRUE(p_->Status("bj", q).ok());
+  const int64_t heard = clock_.NowMs();
+  clock_.Advance(kLeaseMs + 100);
+  ASSERT_TRUE(p_->ConfirmSilence(kJob, heard));
+  clock_.Advance(15'000 - kLeaseMs);  // past the short fence (two leases), due to take over
+  ASSERT_EQ(p_->TakeoversDue().size(), 1u);
+  auto own = Ask("site-a", 2);
+  ASSERT_TRUE(own.ok() && own->granted()) << own.status();
+  ASSERT_TRUE(p_->TakeLead(kJob, 2, {own->grant(), GrantBy("sh", "sh", "site-a", 2)}).ok());
+  const int64_t took = clock_.NowMs();
+  p_->Sweep();
+  ASSERT_FALSE(runner_->launched().empty());
+  const pid_t rank = runner_->launched()[0].pid;
+  EXPECT_TRUE(runner_->SignalsTo(rank).empty()) << "the slice it took the job over for runs on";
+  EXPECT_EQ(p_->FreeGpus()["n1"], 3u);
+  // From now on a lease of its own renewals, with the short fence (the
+  // silence it confirmed was bj's): the shims learn so at once.
+  EXPECT_EQ(FenceFile(), took + 2 * kLeaseMs + 500);
+  clock_.Advance(2 * kLeaseMs + 100);
+  p_->Sweep();
+  EXPECT_FALSE(runner_->SignalsTo(rank).empty()) << "unrenewed by itself too, it stops";
+}
+
 }  // namespace
 }  // namespace fedgate::gateway
