@@ -124,6 +124,16 @@ class TakeoverTest : public ::testing::Test {
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? *s : v1::SignedGrant();
   }
+  // bj renews the slice with a record that allows takeovers (after 15 s,
+  // stagger 5 s): site-a is its first successor.
+  absl::StatusOr<v1::SliceStatusResponse> RenewAllowingTakeovers() {
+    v1::SliceStatusRequest q;
+    *q.mutable_key() = Key(1);
+    q.set_lease_ms(kLeaseMs);
+    q.mutable_copy()->set_job(RecordOfBj(15'000, 5'000).SerializeAsString());
+    q.mutable_copy()->set_version(2);
+    return p_->Status("bj", q);
+  }
   absl::StatusOr<v1::SliceStatusResponse> Renew(const std::string& from, uint64_t term,
                                                 const std::vector<v1::SignedGrant>& grants = {}) {
     v1::SliceStatusRequest q;
@@ -255,12 +265,7 @@ namespace {
 // merely cut off from this site): the slice stops one lease past its lease,
 // and a word that comes after that changes nothing.
 TEST_F(TakeoverTest, AnUnconfirmedSilenceStopsTheSliceOneLeasePastItsLease) {
-  v1::SliceStatusRequest q;
-  *q.mutable_key() = Key(1);
-  q.set_lease_ms(kLeaseMs);
-  q.mutable_copy()->set_job(RecordOfBj(15'000, 5'000).SerializeAsString());
-  q.mutable_copy()->set_version(2);
-  ASSERT_TRUE(p_->Status("bj", q).ok());
+  ASSERT_TRUE(RenewAllowingTakeovers().ok());
   const int64_t heard = clock_.NowMs();
   clock_.Advance(2 * kLeaseMs - 100);
   p_->Sweep();
@@ -352,12 +357,7 @@ TEST_F(TakeoverTest, TheFirstSuccessorIsDueAfterItsDelayAndAFencedSliceKeepsTheR
 // silence: taking the term is hearing the coordinator (itself), so its
 // slice is not stopped at the short fence before the first renewal.
 TEST_F(TakeoverTest, TheWinnersOwnSliceRunsOnFromTheMomentItTakesTheTerm) {
-  v1::SliceStatusRequest q;
-  *q.mutable_key() = Key(1);
-  q.set_lease_ms(kLeaseMs);
-  q.mutable_copy()->set_job(RecordOfBj(15'000, 5'000).SerializeAsString());
-  q.mutable_copy()->set_version(2);
-  ASSERT_TRUE(p_->Status("bj", q).ok());
+  ASSERT_TRUE(RenewAllowingTakeovers().ok());
   const int64_t heard = clock_.NowMs();
   clock_.Advance(kLeaseMs + 100);
   ASSERT_TRUE(p_->ConfirmSilence(kJob, heard));
