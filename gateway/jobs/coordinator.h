@@ -173,12 +173,14 @@ class Coordinator {
   // job that cannot be taken over): without it nothing about the job changes.
   bool HearsMajority(const RenewWork& w);
   // coordinator_witness.cc: a job's witnesses keep its record, renewed with
-  // the pass like a slice (no hold, no ranks), and are told when it ended
-  // (or left RUNNING) so that they forget it rather than take it over.
+  // the pass like a slice (no hold, no ranks), and, like its slice sites
+  // where it may be taken over, are told when it ended (or left RUNNING) so
+  // that they forget it rather than take it over.
   void AskWitnesses(RenewWork* w, const std::set<std::string>& down, FanOut* fan,
                     std::vector<std::function<void()>>* local);
   void CallWitnesses(RenewWork* w, const std::set<std::string>& down, FanOut* fan);
-  void TellWitnessesTheEnd(const std::set<std::string>& running);
+  void NoteSitesToTell(const RenewWork& w);
+  void TellMembersTheEnd(const std::set<std::string>& running);
   // coordinator_contact.cc: the unbroken contact with each member of a job
   // (renewals answered, sent at `sent`), and how long a site of it that
   // went silent may be before its slice counts as lost: the short fence
@@ -260,10 +262,11 @@ class Coordinator {
   std::mutex grants_mu_;
   std::map<std::string, Grants> grants_ ABSL_GUARDED_BY(grants_mu_);  // by job id
   std::set<std::string> frozen_;  // jobs without a majority (renewal thread)
-  // Jobs with witnesses seen running, until each witness heard its end.
+  // Jobs seen running whose other members keep their record (witnesses;
+  // slice sites where the job may be taken over), until each heard its end.
   struct Witnessed {
     v1::ReservationKey key;
-    std::set<std::string> left;  // witnesses not told yet
+    std::set<std::string> left;  // members not told yet
     int passes = 0;              // passes spent telling them
   };
   std::mutex witness_mu_;

@@ -64,6 +64,7 @@ void Coordinator::RenewPass() {
       continue;
     }
     running.insert(w->job.id);
+    NoteSitesToTell(*w);
     GrantsAnswered(*w);
     NoteContacts(*w, sent, now);
     if (!HearsMajority(*w)) continue;
@@ -80,7 +81,7 @@ void Coordinator::RenewPass() {
   std::erase_if(copy_acked_, [&](const auto& e) { return !running.contains(e.first); });
   std::erase_if(contact_, [&](const auto& e) { return !running.contains(e.first); });
   std::erase_if(copy_asks_, [&](const auto& e) { return !running.contains(e.first); });
-  TellWitnessesTheEnd(running);
+  TellMembersTheEnd(running);
   ++renew_passes_;
 }
 

@@ -2,8 +2,8 @@
 // members has a majority to spare; federation::ChooseWitnesses): renewed with
 // each pass like a slice site, but with no hold and no ranks, so that they
 // keep the job's record and its term, vote, and may take the job over. Told
-// when the job ended or left RUNNING, so that they forget it rather than
-// take over a job that is over.
+// when the job ended or left RUNNING, like the job's slice sites, so that
+// they forget it rather than take over a job that is over.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -16,7 +16,7 @@
 
 namespace fedgate::gateway {
 namespace {
-// How many renewal passes a coordinator keeps telling a witness that a job
+// How many renewal passes a coordinator keeps telling a member that a job
 // ended (one that never hears forgets the record after
 // participant_limits::kFinishedSliceKeepMs).
 constexpr int kEndNoticePasses = 50;
@@ -77,7 +77,22 @@ void Coordinator::CallWitnesses(RenewWork* w, const std::set<std::string>& down,
   }
 }
 
-void Coordinator::TellWitnessesTheEnd(const std::set<std::string>& running) {
+void Coordinator::NoteSitesToTell(const RenewWork& w) {
+  const std::string& self = core_->config().site;
+  // A site that keeps the record of a slice whose end its coordinator did
+  // not see (fenced, or ended by itself meanwhile) would take a job that is
+  // over over; where nobody may take the job over, nothing is kept for long.
+  if (SuccessorsOf(w.run, self).empty()) return;
+  std::lock_guard lock(witness_mu_);
+  Witnessed& seen = witnessed_[w.job.id];
+  seen.key = Key(w.job, w.run.epoch());
+  seen.passes = 0;
+  for (const auto& s : w.run.sites()) {
+    if (s.site() != self) seen.left.insert(s.site());
+  }
+}
+
+void Coordinator::TellMembersTheEnd(const std::set<std::string>& running) {
   std::vector<std::pair<std::string, Witnessed>> to_tell;
   {
     std::lock_guard lock(witness_mu_);

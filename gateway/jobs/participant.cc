@@ -306,6 +306,7 @@ absl::StatusOr<v1::AbortResponse> Participant::Abort(const std::string& from,
       auto it = slices_.find(k);
       if (it != slices_.end()) {
         StopSliceLocked(&it->second, StrCat("aborted: ", req.reason().substr(0, 512)), grace);
+        it->second.aborted = true;
       }
     }
   }

@@ -125,6 +125,9 @@ class Participant {
     // slice here, until the coordinator says the job left RUNNING or it
     // has heard no coordinator for kFinishedSliceKeepMs.
     bool witness = false;
+    // Its coordinator said the job left RUNNING: kept only while a slice
+    // here still holds GPUs, never taken over or voted for.
+    bool ended = false;
     // The `term.heard_ms` at which a majority of the members confirmed the
     // coordinator silent (-1: never): the slices here keep the takeover
     // fence until the coordinator, or a successor, is heard again.
@@ -325,7 +328,11 @@ class Participant {
   // so the coordinator counts it told).
   std::optional<v1::Job> WitnessCopy(const v1::JobCopy& copy, const std::string& job_id,
                                      const std::string& from) const;
-  uint64_t ForgetWitnessCopy(const std::string& job_id, uint64_t version) ABSL_LOCKS_EXCLUDED(mu_);
+  // A copy saying the job left RUNNING, from the coordinator of the record
+  // kept here (nullopt: not such a copy): the record is forgotten, or, while
+  // a slice here still holds GPUs, marked ended. Returns the version to ack.
+  std::optional<uint64_t> ForgetEndedCopy(const std::string& from, const std::string& job_id,
+                                          const v1::JobCopy& copy) ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t CopyVersionLocked(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fencing: with a record of the job kept here, a call is served only at
   // the record's term and from its coordinator (FAILED_PRECONDITION for an

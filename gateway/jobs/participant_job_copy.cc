@@ -116,6 +116,7 @@ std::map<std::string, uint64_t> Participant::TermRefusals() {
 
 uint64_t Participant::KeepJobCopy(const std::string& from, const v1::ReservationKey& key,
                                   const v1::JobCopy& copy) {
+  if (auto end = ForgetEndedCopy(from, key.job_id(), copy); end.has_value()) return *end;
   std::string tenant;
   std::optional<uint64_t> kept_term;
   uint64_t have = 0;
@@ -134,7 +135,7 @@ uint64_t Participant::KeepJobCopy(const std::string& from, const v1::Reservation
   if (!held) {
     auto w = WitnessCopy(copy, key.job_id(), from);
     if (!w.has_value()) return have;
-    if (w->state() != v1::Job::RUNNING) return ForgetWitnessCopy(key.job_id(), copy.version());
+    if (w->state() != v1::Job::RUNNING) return have;  // not this record's end: nothing to keep
     tenant = w->tenant();
   }
   auto job = CheckCopy(copy, key.job_id(), tenant, from);
@@ -186,7 +187,7 @@ std::vector<Participant::TakeoverDue> Participant::TakeoversDue() {
   const int64_t now = clock_->NowMs();
   for (const auto& [id, k] : copies_) {
     const auto at = std::find(k.successors.begin(), k.successors.end(), config_.site);
-    if (at == k.successors.end() || k.term.coordinator == config_.site) continue;
+    if (at == k.successors.end() || k.term.coordinator == config_.site || k.ended) continue;
     const int position = static_cast<int>(at - k.successors.begin());
     const int64_t wait = federation::TakeoverDelayMs(position, k.takeover_after_ms, k.stagger_ms);
     if (now - k.term.heard_ms < wait) continue;
@@ -250,16 +251,22 @@ std::vector<std::string> Participant::OrphanCopiesLocked() {
   std::vector<std::string> out;
   for (auto it = copies_.begin(); it != copies_.end();) {
     // Kept while a slice of the job holds GPUs here (running, parked,
-    // stopping), or was stopped for want of a coordinator (while its state
-    // is remembered): the job is not over until a coordinator says so, and
-    // a takeover needs the record.
+    // stopping), or ended without its coordinator deciding or seeing it
+    // (stopped for want of a coordinator, or its ranks ended by themselves
+    // and the coordinator has not asked since), while its state is
+    // remembered: the job is not over until a coordinator says so, and a
+    // takeover needs the record. A job its coordinator said was over goes
+    // with its last hold.
+    const KeptCopy& k = it->second;
     bool held = false;
     for (auto s = slices_.lower_bound({it->first, 0}); s != slices_.end() && s->first.first == it->first;
          ++s) {
-      held = held || !s->second.released || s->second.fenced;
+      const Slice& sl = s->second;
+      const bool unseen_end = sl.fenced || (!sl.reported && !sl.aborted);
+      held = held || !sl.released || (!k.ended && unseen_end);
     }
-    held = held || (it->second.witness && clock_->NowMs() - it->second.term.heard_ms <
-                                               participant_limits::kFinishedSliceKeepMs);
+    held = held || (k.witness && !k.ended &&
+                    clock_->NowMs() - k.term.heard_ms < participant_limits::kFinishedSliceKeepMs);
     if (held) {
       ++it;
       continue;

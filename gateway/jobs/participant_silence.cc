@@ -35,7 +35,7 @@ std::vector<Participant::SilenceDue> Participant::SilencesToConfirm() {
   std::lock_guard lock(mu_);
   const int64_t now = clock_->NowMs();
   for (const auto& [id, k] : copies_) {
-    if (k.successors.empty() || k.term.coordinator.empty() ||
+    if (k.successors.empty() || k.ended || k.term.coordinator.empty() ||
         k.term.coordinator == config_.site || k.confirmed_heard_ms == k.term.heard_ms) {
       continue;
     }

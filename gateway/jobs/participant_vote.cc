@@ -36,6 +36,11 @@ absl::StatusOr<v1::VoteResponse> Participant::Vote(const std::string& from,
       lease = std::max(lease, s->second.lease_ms);
     }
     KeptCopy& kept = it->second;
+    if (kept.ended) {
+      return absl::FailedPreconditionError(StrCat("job ", req.job_id(), " ended: its coordinator ",
+                                                  kept.term.coordinator, " said so at term ",
+                                                  kept.term.term));
+    }
     lease = std::max(lease, kept.lease_ms);
     a = federation::AnswerVote(&kept.term, kept.members,
                                {req.job_id(), req.term(), from, req.pre_vote()}, clock_->NowMs(),

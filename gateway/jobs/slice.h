@@ -45,6 +45,9 @@ struct Slice {
   std::string cgroup;       // "" = none
   bool released = false;    // every rank exited and the hold's GPUs are free
   bool reported = false;    // ... and its coordinator has asked since
+  // Stopped by its coordinator's abort: the coordinator decided its end
+  // (it needs no status call to learn it).
+  bool aborted = false;
   // Stopped because no coordinator renewed it in time: its job's record is
   // kept (a takeover may yet carry the job on once a majority is heard).
   bool fenced = false;

@@ -380,5 +380,75 @@ TEST_F(TakeoverTest, TheWinnersOwnSliceRunsOnFromTheMomentItTakesTheTerm) {
   EXPECT_FALSE(runner_->SignalsTo(rank).empty()) << "unrenewed by itself too, it stops";
 }
 
+// The ranks end by themselves while bj is silent: bj never saw the end, so
+// the record stays and site-a may take the job over to finish it (else the
+// job's outcome is known nowhere once bj is gone for good).
+TEST_F(TakeoverTest, ASliceThatEndedUnseenByItsCoordinatorKeepsTheRecordForATakeover) {
+  ASSERT_TRUE(RenewAllowingTakeovers().ok());
+  clock_.Advance(kLeaseMs / 2);
+  ASSERT_FALSE(runner_->launched().empty());
+  runner_->Exit(runner_->launched()[0].pid, 0);
+  p_->Sweep();
+  EXPECT_EQ(p_->FreeGpus()["n1"], 4u) << "the slice ended: its GPU is free";
+  clock_.Advance(15'000);
+  p_->Sweep();
+  auto kept = p_->JobFromCopy(kJob);
+  ASSERT_TRUE(kept.ok() && kept->has_value()) << "bj has not seen the slice end";
+  ASSERT_EQ(p_->TakeoversDue().size(), 1u);
+
+  // Once its coordinator has asked, the end is bj's to tell: nothing stays.
+  auto asked = Renew("bj", 1);
+  ASSERT_TRUE(asked.ok()) << asked.status();
+  EXPECT_EQ(asked->state(), v1::SliceStatusResponse::SUCCEEDED);
+  p_->Sweep();
+  kept = p_->JobFromCopy(kJob);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_FALSE(kept->has_value()) << "seen by bj, the record goes";
+  EXPECT_TRUE(p_->TakeoversDue().empty());
+}
+
+// bj fails the job while site-a's slice is fenced: told the end, site-a
+// forgets the record, takes nothing over and votes for nobody (an ended job
+// taken over again ends again, a second story).
+TEST_F(TakeoverTest, AMemberToldTheJobEndedForgetsItsRecordAndVotesForNobody) {
+  ASSERT_TRUE(RenewAllowingTakeovers().ok());
+  clock_.Advance(2 * kLeaseMs + 1000);
+  for (int i = 0; i < 3; ++i) p_->Sweep();
+  ASSERT_EQ(p_->FreeGpus()["n1"], 4u) << "fenced at the short fence";
+  ASSERT_EQ(p_->TakeoversDue().size(), 0u) << "not due before takeover_after";
+
+  v1::Job ended = RecordOfBj(15'000, 5'000);
+  ended.set_state(v1::Job::FAILED);
+  v1::SliceStatusRequest q;
+  *q.mutable_key() = Key(1);
+  // An end older than the kept record is no end (an earlier attempt's).
+  q.mutable_copy()->set_job(ended.SerializeAsString());
+  q.mutable_copy()->set_version(2);
+  ASSERT_TRUE(p_->Status("bj", q).ok());
+  p_->Sweep();
+  auto kept = p_->JobFromCopy(kJob);
+  ASSERT_TRUE(kept.ok() && kept->has_value()) << "version 2 is the record kept, not its end";
+  // Another coordinator than the record's cannot end it.
+  q.mutable_copy()->set_version(3);
+  ended.set_coordinator("sh");
+  q.mutable_copy()->set_job(ended.SerializeAsString());
+  (void)p_->Status("sh", q);
+  kept = p_->JobFromCopy(kJob);
+  ASSERT_TRUE(kept.ok() && kept->has_value()) << "sh does not coordinate the job";
+
+  ended.set_coordinator("bj");
+  q.mutable_copy()->set_job(ended.SerializeAsString());
+  auto told = p_->Status("bj", q);
+  ASSERT_TRUE(told.ok()) << told.status();
+  EXPECT_EQ(told->copy_version(), 3u) << "acknowledged, so bj stops telling";
+  kept = p_->JobFromCopy(kJob);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_FALSE(kept->has_value()) << "the end is known: nothing to take over";
+  clock_.Advance(15'000);
+  EXPECT_TRUE(p_->TakeoversDue().empty());
+  auto vote = Ask("sh", 2);
+  EXPECT_FALSE(vote.ok() && vote->granted()) << "no vote for a job that ended";
+}
+
 }  // namespace
 }  // namespace fedgate::gateway

@@ -531,7 +531,7 @@ v1::JobCopy CopyNaming(uint64_t version, const std::string& coordinator, const s
 // The job's record travels with its slice: kept at commit, replaced only by
 // a newer version, refused when it names another job, coordinator or
 // tenant, reported in every status, kept across a restart, and forgotten
-// once the slice's ranks ended.
+// once the slice's ranks ended and its coordinator has seen them end.
 TEST_F(ParticipantTest, TheJobsRecordIsKeptBesideItsSliceAndGoesWithIt) {
   Hold(2);
   auto c = Run(2);
@@ -571,7 +571,11 @@ TEST_F(ParticipantTest, TheJobsRecordIsKeptBesideItsSliceAndGoesWithIt) {
   runner_->Exit(1000, 0);
   runner_->Exit(1001, 0);
   p_->Sweep();
+  auto still = p_->JobFromCopy(kJob);
+  ASSERT_TRUE(still.ok());
+  EXPECT_TRUE(still->has_value()) << "bj has not seen the end yet (a successor may need it)";
   EXPECT_EQ(StatusOf().state(), v1::SliceStatusResponse::SUCCEEDED);
+  p_->Sweep();
   auto gone = p_->JobFromCopy(kJob);
   ASSERT_TRUE(gone.ok());
   EXPECT_FALSE(gone->has_value()) << "no slice holds GPUs for it any more";
