@@ -128,6 +128,11 @@ class Participant {
     // Its coordinator said the job left RUNNING: kept only while a slice
     // here still holds GPUs, never taken over or voted for.
     bool ended = false;
+    // Loaded at a restart with no slice here (its end, if any, went with
+    // the restart): kept, as a slice whose end its coordinator may not have
+    // seen, until that coordinator calls (it learns the slice is unknown) or
+    // kFinishedSliceKeepMs passed; -1: not so.
+    int64_t restored_alone_ms = -1;
     // The `term.heard_ms` at which a majority of the members confirmed the
     // coordinator silent (-1: never): the slices here keep the takeover
     // fence until the coordinator, or a successor, is heard again.
@@ -358,6 +363,7 @@ class Participant {
   // returned for the caller to delete from the store after the lock.
   std::vector<std::string> OrphanCopiesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LoadCopies();
+  void MarkCopiesRestoredAloneLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // participant_sweep.cc
   void SweepSliceLocked(Slice* s, int64_t now, SweepOutcome* out)

@@ -265,8 +265,11 @@ std::vector<std::string> Participant::OrphanCopiesLocked() {
       const bool unseen_end = sl.fenced || (!sl.reported && !sl.aborted);
       held = held || !sl.released || (!k.ended && unseen_end);
     }
+    const int64_t now = clock_->NowMs();
     held = held || (k.witness && !k.ended &&
-                    clock_->NowMs() - k.term.heard_ms < participant_limits::kFinishedSliceKeepMs);
+                    now - k.term.heard_ms < participant_limits::kFinishedSliceKeepMs);
+    held = held || (!k.ended && k.restored_alone_ms >= 0 && k.term.heard_ms == k.restored_alone_ms &&
+                    now - k.restored_alone_ms < participant_limits::kFinishedSliceKeepMs);
     if (held) {
       ++it;
       continue;
@@ -275,6 +278,16 @@ std::vector<std::string> Participant::OrphanCopiesLocked() {
     it = copies_.erase(it);
   }
   return out;
+}
+
+void Participant::MarkCopiesRestoredAloneLocked() {
+  for (auto& [id, k] : copies_) {
+    // A job with no slice here may have ended here unseen just before the
+    // restart (a finished slice is not stored): a successor may need the
+    // record to finish it.
+    const auto s = slices_.lower_bound({id, 0});
+    if (s == slices_.end() || s->first.first != id) k.restored_alone_ms = k.term.heard_ms;
+  }
 }
 
 void Participant::LoadCopies() {
@@ -304,7 +317,8 @@ void Participant::LoadCopies() {
     k.term.heard_ms = clock_->NowMs();
     loaded[id] = std::move(k);
   }
-  // Those of jobs without a slice here any more go with the next sweep.
+  // Those of jobs without a slice here are marked once the slices are
+  // loaded (MarkCopiesRestoredAlone).
   std::lock_guard lock(mu_);
   copies_.merge(loaded);
 }

@@ -61,6 +61,7 @@ void Participant::CleanUpAfterRestart() {
       stopped.emplace_back(row.job_id, row.epoch);
     }
     QueueLeftoverCgroupsLocked();
+    MarkCopiesRestoredAloneLocked();
     // Holds re-attached under their recorded coordinator follow a takeover
     // this site accepted since.
     for (const auto& [job, kept] : copies_) {

@@ -395,11 +395,36 @@ TEST_F(TakeoverTest, ASliceThatEndedUnseenByItsCoordinatorKeepsTheRecordForATake
   auto kept = p_->JobFromCopy(kJob);
   ASSERT_TRUE(kept.ok() && kept->has_value()) << "bj has not seen the slice end";
   ASSERT_EQ(p_->TakeoversDue().size(), 1u);
-
-  // Once its coordinator has asked, the end is bj's to tell: nothing stays.
   auto asked = Renew("bj", 1);
   ASSERT_TRUE(asked.ok()) << asked.status();
   EXPECT_EQ(asked->state(), v1::SliceStatusResponse::SUCCEEDED);
+  // Once its coordinator has asked, the end is bj's to tell: nothing stays.
+  p_->Sweep();
+  kept = p_->JobFromCopy(kJob);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_FALSE(kept->has_value()) << "seen by bj, the record goes";
+  EXPECT_TRUE(p_->TakeoversDue().empty());
+}
+
+// The same end, then a restart before bj asked: a finished slice is not
+// stored, so the restarted site keeps the record of a job it has no slice
+// of (the end may have been unseen) until bj calls.
+TEST_F(TakeoverTest, ARestartedSiteWithoutTheJobsSliceKeepsItsRecordUntilTheCoordinatorCalls) {
+  ASSERT_TRUE(RenewAllowingTakeovers().ok());
+  ASSERT_FALSE(runner_->launched().empty());
+  runner_->Exit(runner_->launched()[0].pid, 0);
+  p_->Sweep();
+  p_.reset();
+  p_ = Make();
+  p_->Start();
+  clock_.Advance(15'000);
+  p_->Sweep();
+  auto kept = p_->JobFromCopy(kJob);
+  ASSERT_TRUE(kept.ok() && kept->has_value()) << "the end may have gone unseen";
+  ASSERT_EQ(p_->TakeoversDue().size(), 1u);
+  auto asked = Renew("bj", 1);
+  ASSERT_TRUE(asked.ok()) << asked.status();
+  EXPECT_EQ(asked->state(), v1::SliceStatusResponse::UNKNOWN);
   p_->Sweep();
   kept = p_->JobFromCopy(kJob);
   ASSERT_TRUE(kept.ok());
