@@ -22,6 +22,13 @@ void NoteContact(MemberContact* c, int64_t send_ms, int64_t answer_ms, int64_t l
   c->last_answer_ms = answer_ms;
 }
 
+void NoteCommitContact(MemberContact* c, int64_t epoch_ms, int64_t pass_sent_ms) {
+  if (c->last_send_ms >= 0) return;
+  c->since_ms = pass_sent_ms;
+  c->last_send_ms = std::min(epoch_ms, pass_sent_ms);
+  c->last_answer_ms = pass_sent_ms;
+}
+
 bool SilenceUnconfirmable(const std::vector<std::string>& members, const std::string& self,
                           const std::string& silent,
                           const std::map<std::string, MemberContact>& contact, int64_t lease_ms,

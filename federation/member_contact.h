@@ -39,6 +39,13 @@ inline constexpr int64_t kContactMarginMs = 250;
 // A renewal sent at `send_ms` was answered at `answer_ms`.
 void NoteContact(MemberContact* c, int64_t send_ms, int64_t answer_ms, int64_t lease_ms);
 
+// A member that answered no renewal yet holds the lease its commit gave:
+// sent no earlier than the run's epoch, answered before the first renewal
+// pass that saw the run (`pass_sent_ms`). Noted so that a site cut before
+// its first renewal is judged like one cut after it; no-op once the member
+// has a renewal on record.
+void NoteCommitContact(MemberContact* c, int64_t epoch_ms, int64_t pass_sent_ms);
+
 // Whether `silent` (a member whose last answered renewal `contact` has)
 // cannot have gathered a majority confirming the coordinator silent before
 // its short fence: the coordinator `self` grants none (it hears itself),

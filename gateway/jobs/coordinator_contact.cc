@@ -11,8 +11,13 @@ namespace fedgate::gateway {
 void Coordinator::NoteContacts(const RenewWork& w, int64_t sent, int64_t now) {
   auto& contact = contact_[w.job.id];
   for (int i = 0; i < w.run.sites_size() && i < static_cast<int>(w.answers.size()); ++i) {
+    auto& c = contact[w.run.sites(i).site()];
     if (w.answers[i].ok()) {
-      federation::NoteContact(&contact[w.run.sites(i).site()], sent, now, lease_ms_);
+      federation::NoteContact(&c, sent, now, lease_ms_);
+    } else {
+      // Silent since its commit (the epoch precedes it; this pass's listing
+      // saw the run, so the commit was answered before `sent`).
+      federation::NoteCommitContact(&c, static_cast<int64_t>(w.run.epoch()), sent);
     }
   }
   for (size_t i = 0; i < w.witnesses.size() && i < w.witness_answers.size(); ++i) {

@@ -75,6 +75,23 @@ TEST(MemberContact, ASiteNeverHeardOrAMajorityUnheardIsNotCalledUnconfirmable) {
   EXPECT_TRUE(SilenceUnconfirmable(five, "a", "b", contact, kLease, kWindow));
 }
 
+TEST(MemberContact, ASiteCutBeforeItsFirstRenewalCountsFromItsCommit) {
+  // Committed at epoch 0; the first pass, sent at 300, finds b cut.
+  std::map<std::string, MemberContact> contact;
+  for (int64_t t = 300; t <= 8000; t += 600) {
+    NoteCommitContact(&contact["b"], 0, t);
+    NoteContact(&contact["c"], t, t + 20, kLease);
+  }
+  EXPECT_EQ(contact["b"].last_send_ms, 0);
+  EXPECT_EQ(contact["b"].last_answer_ms, 300) << "the first pass bounds the commit's answer";
+  EXPECT_TRUE(SilenceUnconfirmable(kMembers, "a", "b", contact, kLease, kWindow));
+  // A renewal on record is never overwritten by the commit's bounds.
+  NoteContact(&contact["d"], 5000, 5020, kLease);
+  NoteCommitContact(&contact["d"], 0, 5600);
+  EXPECT_EQ(contact["d"].last_send_ms, 5000);
+  EXPECT_EQ(contact["d"].since_ms, 5020);
+}
+
 // The safety claim, against the members' own rule: whenever the coordinator
 // calls b's silence unconfirmable, c refuses every pre-vote b could ask for
 // in b's window (from b's lease end to its short fence), whatever the
@@ -89,17 +106,22 @@ TEST(MemberContact, UnconfirmableMeansTheWitnessRefusesEveryPreVoteInTheWindow) 
     TermState c_state;
     c_state.term = 1;
     c_state.coordinator = "a";
-    int64_t b_heard = -1;  // b's last receipt (its lease ends a lease later)
-    const int64_t b_cut = std::uniform_int_distribution<int64_t>(1000, 6000)(rng);
+    // The run's epoch is 0; b received its commit before the first pass,
+    // and may be cut before it answers any renewal.
+    const int64_t first = std::uniform_int_distribution<int64_t>(50, 600)(rng);
+    int64_t b_heard = std::uniform_int_distribution<int64_t>(0, first)(rng);  // last receipt
+    const int64_t b_cut = std::uniform_int_distribution<int64_t>(0, 6000)(rng);
     const int64_t period = std::uniform_int_distribution<int64_t>(300, 1500)(rng);
     const int drop_c = std::uniform_int_distribution<int>(0, 6)(rng);  // 1 in drop_c (0: none)
     std::vector<int64_t> c_receipts;
-    for (int64_t sent = 0; sent < 20000; sent += period) {
+    for (int64_t sent = first; sent < 20000; sent += period) {
       std::uniform_int_distribution<int64_t> transit(0, 400);
       const int64_t answered = sent + transit(rng) + transit(rng);
       if (sent < b_cut) {
         b_heard = sent + transit(rng) % (answered - sent + 1);
         NoteContact(&contact["b"], sent, answered, kLease);
+      } else {
+        NoteCommitContact(&contact["b"], 0, sent);
       }
       if (drop_c > 0 && std::uniform_int_distribution<int>(0, drop_c)(rng) == 0) continue;
       c_receipts.push_back(sent + std::uniform_int_distribution<int64_t>(0, answered - sent)(rng));
