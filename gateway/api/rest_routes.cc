@@ -138,6 +138,20 @@ absl::StatusOr<RestCall> RouteRest(std::string_view method, std::string_view tar
   if (path.rfind(std::string(kJobs) + "/", 0) == 0) {
     if (auto routed = RouteJob(get, post, path.substr(kJobs.size() + 1), query, &call); routed) {
       if (!routed->ok()) return *routed;
+      switch (call.kind) {
+        case RestCall::Kind::kCancel: call.job_id = call.cancel.id(); break;
+        case RestCall::Kind::kLogs: call.job_id = call.logs.id(); break;
+        case RestCall::Kind::kEvents: call.job_id = call.events.id(); break;
+        default: call.job_id = call.get.id(); break;
+      }
+      if (query.contains("follow")) {
+        const std::string& f = query.at("follow");
+        if (f != "true" && f != "false") {
+          return absl::InvalidArgumentError(
+              StrCat("follow must be true or false, got \"", f.substr(0, 40), "\""));
+        }
+        call.follow = f == "true";
+      }
       return call;
     }
   }

@@ -24,6 +24,10 @@ struct RestCall {
   v1::UsageRequest usage;
   v1::QuotasRequest quotas;
   v1::JobEventsRequest events;
+  // A call about one job (get, vc, events, logs, cancel): its id, and
+  // whether it may be redirected to the job's coordinator (?follow=false: no).
+  std::string job_id;
+  bool follow = true;
 };
 
 // POST /v1/jobs (JSON SubmitJobRequest), GET /v1/jobs?state=&page_token=&page_size=,
@@ -33,6 +37,7 @@ struct RestCall {
 // names the job), GET /v1/sites (= fedctl capacity), GET /v1/links,
 // GET /v1/nodes (this site's nodes; its admins only),
 // GET /v1/jobs/{id}/events?after_seq= (the job's story), GET /v1/datasets.
+// The calls about one job take ?follow=false (this gateway's own view).
 // INVALID_ARGUMENT for a bad body or query, NOT_FOUND for any other target.
 absl::StatusOr<RestCall> RouteRest(std::string_view method, std::string_view target,
                                    const std::string& body);

@@ -289,6 +289,33 @@ struct RestServer::Impl {
     res->body() = ToJson(nodes);
   }
 
+  // A call about a job coordinated by another site that is up and whose
+  // ad names its REST endpoint: 307 there (method and body kept), so a
+  // tenant's client that follows redirects gets the coordinator's answer,
+  // not this site's copy or the row it kept when the job moved away.
+  bool RedirectToCoordinator(const Identity& caller, const RestCall& call, std::string_view target,
+                             http::response<http::string_body>* res) {
+    if (call.job_id.empty() || !call.follow || core == nullptr) return false;
+    v1::GetJobRequest get;
+    get.set_id(call.job_id);
+    auto got = jobs->Get(caller, get);  // the caller's own jobs only
+    if (!got.ok()) return false;
+    const std::string& coordinator = got->job().coordinator();
+    if (coordinator.empty() || coordinator == config.site || core->DownPeers().contains(coordinator)) {
+      return false;
+    }
+    const std::string at = core->SiteHttpEndpoint(coordinator);
+    if (at.empty()) return false;
+    res->result(http::status::temporary_redirect);
+    res->set(http::field::location, StrCat("https://", at, target));
+    res->set("Fedgate-Coordinator", coordinator);
+    res->set(http::field::content_type, "application/json");
+    res->body() = StrCat("{\"error\":\"job ", call.job_id, " is coordinated by ", coordinator,
+                         ": ask it at https://", at, " (or add follow=false for this gateway's view)\"}");
+    metrics->Inc("fedgate_rest_redirects_total", {});
+    return true;
+  }
+
   void Handle(ssl::stream<tcp::socket>& stream, const http::request<http::string_body>& req,
               http::response<http::string_body>* res) {
     auto caller = Caller(stream);
@@ -309,6 +336,10 @@ struct RestServer::Impl {
     auto call = RouteRest(std::string_view(req.method_string().data(), req.method_string().size()),
                           std::string_view(req.target().data(), req.target().size()), req.body());
     if (!call.ok()) return Respond(res, call.status());
+    if (RedirectToCoordinator(*caller, *call, std::string_view(req.target().data(), req.target().size()),
+                              res)) {
+      return;
+    }
     switch (call->kind) {
       case RestCall::Kind::kSubmit: return reply(jobs->Submit(*caller, call->submit));
       case RestCall::Kind::kList: return reply(jobs->List(*caller, call->list));

@@ -18,6 +18,7 @@
 #include "gateway/jobs/coordinator.h"
 #include "gateway/jobs/takeover.h"
 #include "gateway/peering/core.h"
+#include "gateway/peering/core_keys.h"
 #include "gateway/exec/slurm.h"
 #include "gateway/jobs/participant.h"
 #include "gateway/jobs/checkpoint_sync.h"
@@ -335,6 +336,7 @@ absl::Status Gateway::ServeRest() {
                                   metrics_.get());
     if (!rest.ok()) return rest.status();
     rest_ = std::move(*rest);
+    core_->SetHttpEndpoint(AdvertisedHttpEndpoint(config_, rest_->port()));
   }
   return absl::OkStatus();
 }

@@ -47,6 +47,10 @@ struct AdvertiseConfig {
   bool require_signed = true;
   int64_t max_skew_ms = 30000;  // ads, links, incarnations ahead of now
   std::string endpoint;         // host:port others dial; "" = listen.grpc
+  // host:port where tenants reach this site's REST API from elsewhere;
+  // "" = listen.http with the port it bound (its host, or advertise.endpoint's
+  // when listen.http is a wildcard).
+  std::string http_endpoint;
 };
 
 struct BenchConfig {

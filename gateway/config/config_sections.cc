@@ -152,7 +152,7 @@ void ParseAdvertise(const YAML::Node& root, [[maybe_unused]] const std::string& 
   if (root["advertise"]) {
     const auto& a = root["advertise"];
     w.ExpectKeys(a, "advertise",
-                 {"interval", "ttl", "require_signed", "max_clock_skew", "endpoint"});
+                 {"interval", "ttl", "require_signed", "max_clock_skew", "endpoint", "http_endpoint"});
     if (a["interval"]) c.advertise.interval_ms = w.Duration(a["interval"], "advertise.interval");
     if (a["ttl"]) c.advertise.ttl_ms = w.Duration(a["ttl"], "advertise.ttl");
     if (a["require_signed"]) {
@@ -162,6 +162,9 @@ void ParseAdvertise(const YAML::Node& root, [[maybe_unused]] const std::string& 
       c.advertise.max_skew_ms = w.Duration(a["max_clock_skew"], "advertise.max_clock_skew");
     }
     if (a["endpoint"]) c.advertise.endpoint = w.Endpoint(a["endpoint"], "advertise.endpoint", false);
+    if (a["http_endpoint"]) {
+      c.advertise.http_endpoint = w.Endpoint(a["http_endpoint"], "advertise.http_endpoint", false);
+    }
     if (c.advertise.interval_ms < 100) {
       w.Fail(a["interval"], "\"advertise.interval\" must be at least 100ms");
     }

@@ -108,6 +108,12 @@ class GatewayCore {
   // Where `site`'s gateway is dialled: its peer endpoint, else the one its
   // signed ad names ("" when neither is known).
   std::string SiteEndpoint(const std::string& site);
+  // Where tenants reach `site`'s REST API, as its signed ad says ("" when
+  // unknown); this site's own once SetHttpEndpoint was called.
+  std::string SiteHttpEndpoint(const std::string& site);
+  // This site's REST endpoint, known once the REST server bound its port:
+  // carried from the next ad on.
+  void SetHttpEndpoint(std::string endpoint);
   // Approved peers that are down now (silent past a few advertise intervals).
   std::set<std::string> DownPeers();
   // Ads `peer` has not been sent (as their origins signed them, where they did).
@@ -195,6 +201,7 @@ class GatewayCore {
   federation::AdStore ads_ ABSL_GUARDED_BY(mu_);
   federation::PeerRegistry peers_ ABSL_GUARDED_BY(mu_);
   uint64_t incarnation_ = 0;  // this start's, from Init; read-only after it
+  std::string http_endpoint_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> own_seq_{0};
   AdAuthority* ad_authority_ = nullptr;
   std::shared_ptr<RevocationList> revocation_;

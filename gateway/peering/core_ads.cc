@@ -152,6 +152,7 @@ void GatewayCore::PublishLocked(v1::CapacityAd ad) {
   ad.set_incarnation(incarnation_);
   ad.set_accepts_federation_jobs(config_.accept_jobs_from_federation);
   ad.set_endpoint(AdvertisedEndpoint(config_));
+  ad.set_http_endpoint(http_endpoint_);
   v1::SignedAd signed_ad;
   if (ad_authority_ != nullptr) {
     auto s = ad_authority_->Sign(ad);

@@ -22,4 +22,19 @@ inline std::string AdvertisedEndpoint(const Config& c) {
   return c.listen.grpc;
 }
 
+// Where tenants at other sites reach this site's REST API: advertise.http_endpoint,
+// else listen.http's host with the port it bound; a wildcard host takes the
+// host others dial for gRPC ("" when neither names one).
+inline std::string AdvertisedHttpEndpoint(const Config& c, int bound_port) {
+  if (!c.advertise.http_endpoint.empty()) return c.advertise.http_endpoint;
+  auto wildcard = [](const std::string& h) {
+    return h.empty() || h == "0.0.0.0" || h == "::" || h == "[::]" || h == "*";
+  };
+  std::string host = SplitHostPort(c.listen.http).host;
+  if (wildcard(host)) host = SplitHostPort(AdvertisedEndpoint(c)).host;
+  if (wildcard(host) || bound_port <= 0) return "";
+  if (host.find(':') != std::string::npos) host = "[" + host + "]";
+  return host + ":" + std::to_string(bound_port);
+}
+
 }  // namespace fedgate::gateway

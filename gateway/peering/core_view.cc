@@ -109,6 +109,18 @@ std::string GatewayCore::ReservationEndpoint(const std::string& site) {
   return "";
 }
 
+std::string GatewayCore::SiteHttpEndpoint(const std::string& site) {
+  std::lock_guard lock(mu_);
+  if (site == config_.site) return http_endpoint_;
+  if (auto stored = ads_.Get(site)) return stored->ad.http_endpoint();
+  return "";
+}
+
+void GatewayCore::SetHttpEndpoint(std::string endpoint) {
+  std::lock_guard lock(mu_);
+  http_endpoint_ = std::move(endpoint);  // in the next ad
+}
+
 std::string GatewayCore::SiteEndpoint(const std::string& site) {
   std::lock_guard lock(mu_);
   for (const auto& p : peers_.List()) {

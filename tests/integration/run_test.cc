@@ -229,7 +229,38 @@ TEST_F(RunTest, ASiteOfAJobKeepsItsRecordAndAnswersForIt) {
                                "--tls-dir", tmp_ / "bob", "jobs", "get", id});
   EXPECT_NE(bob.exit_code, 0) << "another tenant's job: " << bob.out;
   EXPECT_EQ(bob.out.find("kept"), std::string::npos);
-  EXPECT_EQ(Alice("site-a", {"jobs", "cancel", id}).exit_code, 0);
+  // The REST API follows too: a call about the job at a member that does not
+  // coordinate it is redirected (307) to the coordinator's REST endpoint,
+  // which site-a's signed ad names.
+  auto curl = [&](const std::string& who, const std::string& site, const std::string& path,
+                  std::vector<std::string> extra) {
+    std::vector<std::string> argv = {"/usr/bin/curl", "-s", "--cacert", tmp_ / (who + "/ca.pem"),
+                                     "--cert", tmp_ / (who + "/cert.pem"), "--key", tmp_ / (who + "/key.pem")};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    argv.push_back("https://127.0.0.1:" + std::to_string(fed_.http_port(site)) + path);
+    return RunCommand(argv);
+  };
+  const std::string to_a = "https://127.0.0.1:" + std::to_string(fed_.http_port("site-a")) + "/v1/jobs/" + id;
+  EXPECT_TRUE(Eventually(
+      [&] {
+        return curl("alice", "site-c", "/v1/jobs/" + id, {"-o", "/dev/null", "-w", "%{http_code} %{redirect_url}"})
+                   .out == "307 " + to_a;
+      },
+      10000))
+      << curl("alice", "site-c", "/v1/jobs/" + id, {"-i"}).out;
+  const auto rest_followed = curl("alice", "site-c", "/v1/jobs/" + id, {"-L"});
+  EXPECT_NE(rest_followed.out.find("\"coordinator\":\"site-a\""), std::string::npos) << rest_followed.out;
+  EXPECT_EQ(rest_followed.out.find("site-c's copy"), std::string::npos) << "the coordinator's view";
+  const auto rest_own = curl("alice", "site-c", "/v1/jobs/" + id + "?follow=false", {});
+  EXPECT_NE(rest_own.out.find("site-c's copy"), std::string::npos) << rest_own.out;
+  EXPECT_EQ(curl("bob", "site-c", "/v1/jobs/" + id, {"-o", "/dev/null", "-w", "%{http_code}"}).out, "404")
+      << "another tenant's job is not even redirected";
+  // A cancel sent to site-b's REST API reaches the coordinator (POST kept).
+  const auto rest_cancel = curl("alice", "site-b", "/v1/jobs/" + id + ":cancel",
+                                {"-L", "-X", "POST", "-H", "Content-Type: application/json", "-d", "{}",
+                                 "-w", "\n%{http_code}"});
+  EXPECT_NE(rest_cancel.out.find("\n200"), std::string::npos) << rest_cancel.out << rest_cancel.err;
+  EXPECT_TRUE(WaitState("site-a", id, v1::Job::CANCELLED, 10000)) << Get("site-a", id).reason();
   auto kept_at = [&](const std::string& site) {
     return Alice(site, {"--no-follow", "jobs", "get", id}).exit_code == 0;
   };

@@ -26,6 +26,21 @@ TEST(RestRoutes, VirtualClusterOfAJob) {
   EXPECT_EQ(RouteRest("GET", "/v1/jobs/j-1", "")->kind, K::kGet);
 }
 
+// A call about one job names it, so that a member that does not coordinate
+// the job can redirect it; ?follow=false keeps it here.
+TEST(RestRoutes, ACallAboutOneJobNamesItAndMayBeKeptHere) {
+  EXPECT_EQ(RouteRest("GET", "/v1/jobs/j-1", "")->job_id, "j-1");
+  EXPECT_TRUE(RouteRest("GET", "/v1/jobs/j-1", "")->follow);
+  EXPECT_EQ(RouteRest("GET", "/v1/jobs/j-2/vc", "")->job_id, "j-2");
+  EXPECT_EQ(RouteRest("GET", "/v1/jobs/j-3/events", "")->job_id, "j-3");
+  EXPECT_EQ(RouteRest("GET", "/v1/jobs/j-4/logs?rank=1", "")->job_id, "j-4");
+  EXPECT_EQ(RouteRest("POST", "/v1/jobs/j-5:cancel", "{}")->job_id, "j-5");
+  EXPECT_FALSE(RouteRest("GET", "/v1/jobs/j-1?follow=false", "")->follow);
+  EXPECT_EQ(RouteRest("GET", "/v1/jobs/j-1?follow=maybe", "").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(RouteRest("GET", "/v1/jobs", "")->job_id.empty()) << "a list is about no one job";
+}
+
 TEST(RestRoutes, EventsOfAJob) {
   auto ev = RouteRest("GET", "/v1/jobs/j-1/events?after_seq=7", "");
   ASSERT_TRUE(ev.ok());
