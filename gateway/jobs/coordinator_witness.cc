@@ -129,10 +129,14 @@ void Coordinator::TellMembersTheEnd(const std::set<std::string>& running) {
       *req.mutable_copy() = CopyOf(**job, self, run);
       participants_->SliceStatus(
           site, std::move(req), rpc_timeout_ms(),
-          [this, id = id, site](absl::StatusOr<v1::SliceStatusResponse> r) {
+          [this, id = id, site, epoch = seen.key.epoch()](absl::StatusOr<v1::SliceStatusResponse> r) {
             if (!r.ok()) return;
             std::lock_guard lock(witness_mu_);
-            if (auto it = witnessed_.find(id); it != witnessed_.end()) it->second.left.erase(site);
+            // A late answer about an earlier run (the job back in the queue,
+            // then placed again) leaves the new run's member to be told.
+            if (auto it = witnessed_.find(id); it != witnessed_.end() && it->second.key.epoch() == epoch) {
+              it->second.left.erase(site);
+            }
           });
     }
   }

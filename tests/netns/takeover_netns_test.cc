@@ -219,7 +219,8 @@ TEST_F(NetnsTakeover, WithTheCoordinatorGoneAndItsSitesCutApartBothStopThenOneCa
   EXPECT_EQ(done.attempt(), 2u) << "the stopped attempt was run again once";
   // Told the end, the other member forgets the job's record.
   EXPECT_TRUE(Eventually([&] { return JobAt(other, id).id().empty(); }, 10000, 200))
-      << JobAt(other, id).DebugString();
+      << JobAt(other, id).DebugString() << ReadText(dir_ / ("site-" + other + "/fedgate.log"))
+      << ReadText(dir_ / ("site-" + at + "/fedgate.log"));
   // No rank of the new attempt started before every rank of the old one ended.
   double last_end = 0, first_start = 1e18;
   for (int rank = 0; rank < 8; ++rank) {
