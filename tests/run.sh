@@ -116,8 +116,14 @@ cat "${logs[@]}" | awk '/tests failed out of/ { f += $4; t += $NF }
   END { printf "tests: %d passed, %d failed\n", t - f, f }'
 if [ $status -ne 0 ]; then
   echo "== FAILED: details above and in $BUILD/ctest.log, $ASAN_BUILD/ctest.log, $FUZZ_BUILD/ctest.log" >&2
-  cat "$BUILD/ctest.log" | grep -A40 -E '\*\*\*Failed|Failure' | head -150 >&2 || true
+  # The failed assertions first, a few lines each (a test's whole log
+  # follows in the ctest log and may be long); "Failure" alone would match
+  # test names.
+  for l in "${logs[@]}"; do
+    grep -a -A6 -E '^[^ ]+:[0-9]+: Failure$|^\[  FAILED  \]' "$l" | cut -c1-300 | head -80 >&2 || true
+  done
+  grep -a -A40 -E ':[0-9]+: Failure$' "$BUILD/ctest.log" | head -150 >&2 || true
   [ -f "$FUZZ_BUILD/ctest.log" ] && grep -a -B5 -A40 -E 'ERROR: (libFuzzer|Address|Leak)Sanitizer|deadly signal|runtime error' "$FUZZ_BUILD/ctest.log" | head -120 >&2 || true
-  [ -f "$ASAN_BUILD/ctest.log" ] && grep -A40 -E '\*\*\*Failed|Failure|ERROR: (Address|Leak)Sanitizer|runtime error' "$ASAN_BUILD/ctest.log" | head -200 >&2 || true
+  [ -f "$ASAN_BUILD/ctest.log" ] && grep -a -A40 -E ':[0-9]+: Failure$|ERROR: (Address|Leak)Sanitizer|runtime error' "$ASAN_BUILD/ctest.log" | head -200 >&2 || true
 fi
 exit $status

@@ -125,6 +125,9 @@ class Participant {
     // slice here, until the coordinator says the job left RUNNING or it
     // has heard no coordinator for kFinishedSliceKeepMs.
     bool witness = false;
+    // The record's attempt: a slice of an earlier one ended before the
+    // coordinator placed this one, so its end was seen.
+    uint32_t attempt = 0;
     // Its coordinator said the job left RUNNING: kept only while a slice
     // here still holds GPUs, never taken over or voted for.
     bool ended = false;

@@ -24,6 +24,7 @@ Participant::KeptCopy KeptOf(const v1::Job& job, uint64_t version, const std::st
   k.witness = std::find(job.run().witnesses().begin(), job.run().witnesses().end(), site) !=
               job.run().witnesses().end();
   k.version = version;
+  k.attempt = job.attempt();
   k.term.term = job.term();
   k.term.coordinator = job.coordinator();
   k.members = MembersOf(job.run(), job.coordinator());
@@ -256,13 +257,16 @@ std::vector<std::string> Participant::OrphanCopiesLocked() {
     // and the coordinator has not asked since), while its state is
     // remembered: the job is not over until a coordinator says so, and a
     // takeover needs the record. A job its coordinator said was over goes
-    // with its last hold.
+    // with its last hold, and so does one nobody may take over (no
+    // successors) or whose unseen end was of an earlier attempt (the
+    // coordinator placed the record's attempt after it).
     const KeptCopy& k = it->second;
     bool held = false;
     for (auto s = slices_.lower_bound({it->first, 0}); s != slices_.end() && s->first.first == it->first;
          ++s) {
       const Slice& sl = s->second;
-      const bool unseen_end = sl.fenced || (!sl.reported && !sl.aborted);
+      const bool unseen_end = !k.successors.empty() && sl.key.attempt() >= k.attempt &&
+                              (sl.fenced || (!sl.reported && !sl.aborted));
       held = held || !sl.released || (!k.ended && unseen_end);
     }
     const int64_t now = clock_->NowMs();

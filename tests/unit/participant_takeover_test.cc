@@ -477,3 +477,83 @@ TEST_F(TakeoverTest, AMemberToldTheJobEndedForgetsItsRecordAndVotesForNobody) {
 
 }  // namespace
 }  // namespace fedgate::gateway
+
+namespace fedgate::gateway {
+namespace {
+
+// A job that nobody may take over (takeover_after 0 in bj's record): its
+// record serves no takeover, so it goes with the slice's GPUs even before
+// bj saw the end.
+TEST_F(TakeoverTest, AJobNobodyMayTakeOverKeepsNoRecordOnceItsSliceEnds) {
+  ASSERT_FALSE(runner_->launched().empty());
+  runner_->Exit(runner_->launched()[0].pid, 0);
+  p_->Sweep();
+  EXPECT_EQ(p_->FreeGpus()["n1"], 4u);
+  auto kept = p_->JobFromCopy(kJob);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_FALSE(kept->has_value()) << "no successor needs it";
+}
+
+// Attempt 1's slice was fenced (an end bj never saw), bj put the job back
+// in the queue and placed attempt 2 here: once attempt 2's slice ended and
+// bj saw it, the record goes; the fenced slice of attempt 1 keeps nothing.
+TEST_F(TakeoverTest, AFencedSliceOfAnEarlierAttemptKeepsNoRecordOfTheNext) {
+  ASSERT_TRUE(RenewAllowingTakeovers().ok());
+  clock_.Advance(2 * kLeaseMs + 1000);
+  for (int i = 0; i < 3; ++i) p_->Sweep();
+  ASSERT_EQ(p_->FreeGpus()["n1"], 4u) << "fenced at the short fence";
+  v1::Job pending = RecordOfBj(15'000, 5'000);
+  pending.set_state(v1::Job::PENDING);
+  v1::SliceStatusRequest told;
+  *told.mutable_key() = Key(1);
+  told.mutable_copy()->set_job(pending.SerializeAsString());
+  told.mutable_copy()->set_version(3);
+  ASSERT_TRUE(p_->Status("bj", told).ok());
+
+  v1::ReservationKey second = Key(1);
+  second.set_attempt(2);
+  second.set_epoch(2);
+  v1::PrepareRequest r;
+  *r.mutable_key() = second;
+  r.set_tenant("vision");
+  r.add_nodes()->set_node("n1");
+  r.mutable_nodes(0)->set_gpus(1);
+  r.set_hold_ttl_ms(30'000);
+  ASSERT_TRUE(p_->Prepare("bj", r).ok());
+  v1::CommitRequest c;
+  *c.mutable_key() = second;
+  auto* rank = c.add_ranks();
+  rank->set_node("n1");
+  rank->set_local_world_size(1);
+  c.set_world_size(2);
+  c.set_master_addr("10.0.0.9");
+  c.set_master_port(29501);
+  c.add_command("train");
+  c.set_lease_ms(kLeaseMs);
+  v1::Job record = RecordOfBj(15'000, 5'000);
+  record.set_attempt(2);
+  c.mutable_copy()->set_job(record.SerializeAsString());
+  c.mutable_copy()->set_version(4);
+  auto committed = p_->Commit("bj", c);
+  ASSERT_TRUE(committed.ok()) << committed.status();
+  auto kept = p_->JobFromCopy(kJob);
+  ASSERT_TRUE(kept.ok() && kept->has_value()) << "attempt 2's record is kept";
+
+  runner_->Exit(runner_->launched().back().pid, 0);
+  p_->Sweep();
+  v1::SliceStatusRequest q;
+  *q.mutable_key() = second;
+  q.set_lease_ms(kLeaseMs);
+  auto asked = p_->Status("bj", q);
+  ASSERT_TRUE(asked.ok()) << asked.status();
+  EXPECT_EQ(asked->state(), v1::SliceStatusResponse::SUCCEEDED);
+  p_->Sweep();
+  kept = p_->JobFromCopy(kJob);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_FALSE(kept->has_value()) << "both ends were seen by bj: nothing to take over";
+  clock_.Advance(20'000);
+  EXPECT_TRUE(p_->TakeoversDue().empty());
+}
+
+}  // namespace
+}  // namespace fedgate::gateway

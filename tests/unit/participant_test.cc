@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "gateway/jobs/participant.h"
 #include "gateway/store/store.h"
 #include "tests/support/fake_clock.h"
@@ -514,6 +515,7 @@ TEST_F(ParticipantTest, AParkedReplacementOutlivesAGatewayRestartAndStartsItsWor
 namespace fedgate::gateway {
 namespace {
 
+// A record of three members (bj, site-a, sh) that a successor may take over.
 v1::JobCopy CopyNaming(uint64_t version, const std::string& coordinator, const std::string& tenant,
                        uint32_t attempt, const std::string& job = kJob) {
   v1::Job j;
@@ -522,6 +524,10 @@ v1::JobCopy CopyNaming(uint64_t version, const std::string& coordinator, const s
   j.set_coordinator(coordinator);
   j.set_term(1);
   j.set_attempt(attempt);
+  j.set_reason(absl::StrCat("copy ", version));
+  j.mutable_run()->add_sites()->set_site("site-a");
+  j.mutable_run()->add_sites()->set_site("sh");
+  j.mutable_run()->set_takeover_after_ms(30'000);
   v1::JobCopy c;
   c.set_job(j.SerializeAsString());
   c.set_version(version);
@@ -550,9 +556,9 @@ TEST_F(ParticipantTest, TheJobsRecordIsKeptBesideItsSliceAndGoesWithIt) {
     EXPECT_TRUE(st.ok()) << st.status();
     return st.ok() ? st->copy_version() : 0;
   };
-  auto attempt = [&] { return (*p_->JobFromCopy(kJob))->attempt(); };
-  EXPECT_EQ(renew(CopyNaming(5, "bj", "vision", 2)), 5u);
-  EXPECT_EQ(attempt(), 2u);
+  auto kept_copy = [&] { return (*p_->JobFromCopy(kJob))->reason(); };
+  EXPECT_EQ(renew(CopyNaming(5, "bj", "vision", 1)), 5u);
+  EXPECT_EQ(kept_copy(), "copy 5");
   EXPECT_EQ(renew(CopyNaming(4, "bj", "vision", 9)), 5u) << "an older copy changes nothing";
   EXPECT_EQ(renew(CopyNaming(6, "sh", "vision", 9)), 5u) << "another coordinator named";
   EXPECT_EQ(renew(CopyNaming(6, "bj", "speech", 9)), 5u) << "another tenant";
@@ -561,13 +567,13 @@ TEST_F(ParticipantTest, TheJobsRecordIsKeptBesideItsSliceAndGoesWithIt) {
   garbage.set_job("\xff\xff not a job");
   garbage.set_version(8);
   EXPECT_EQ(renew(garbage), 5u);
-  EXPECT_EQ(attempt(), 2u);
+  EXPECT_EQ(kept_copy(), "copy 5");
   // A restarted gateway that re-attaches to the slice keeps the copy.
   p_ = Make();
   runner_->SetSupervised(true);
   p_->Start();
   EXPECT_EQ(StatusOf().copy_version(), 5u) << "kept across a restart";
-  EXPECT_EQ(attempt(), 2u);
+  EXPECT_EQ(kept_copy(), "copy 5");
   runner_->Exit(1000, 0);
   runner_->Exit(1001, 0);
   p_->Sweep();
