@@ -16,7 +16,13 @@ ASAN_BUILD="${FEDGATE_ASAN_BUILD_DIR:-${BUILD%/}-asan}"
 FUZZ_BUILD="${FEDGATE_FUZZ_BUILD_DIR:-${BUILD%/}-fuzz}"
 JOBS="${FEDGATE_JOBS:-2}"
 
+# Seconds per phase, printed at the end: CI has 90 minutes for all of it.
+timings=()
+phase_start=$SECONDS
+phase_done() { timings+=("$1 $((SECONDS - phase_start))s"); phase_start=$SECONDS; }
+
 "$REPO/deploy/deps.sh"
+phase_done deps
 
 export CCACHE_BASEDIR="$REPO" CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-5G}"
 
@@ -46,6 +52,9 @@ run_ctest() {  # DIR LOGFILE
 summary() {  # NAME LOG
   echo "== $1: ctest summary"
   grep -E '^[0-9]+% tests passed|tests failed out of|^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess|Not Run|Exception)' "$2" || true
+  # Where the time went: the slowest tests of the pass.
+  echo "slowest: $(grep -aE 'Test +#[0-9]+: ' "$2" | sed -E 's/.*Test +#[0-9]+: ([^ ]+) .* ([0-9.]+) sec$/\2 \1/' |
+    sort -rn | head -5 | awk '{ printf "%s%s %.0fs", (NR > 1 ? ", " : ""), $2, $1 }')"
 }
 
 # Slice cgroups (<job>-<epoch> under fedgate-<site>) in every cgroup2 mount:
@@ -82,24 +91,30 @@ cgroups_before=$(slice_cgroups)
 work_before=$(rank_work_dirs)
 
 configure_and_build "$BUILD" -DCMAKE_BUILD_TYPE=Release
+phase_done "Release build"
 run_ctest "$BUILD" "$BUILD/ctest.log" || status=1
+phase_done "Release tests"
 
 if [ "${FEDGATE_SKIP_ASAN:-0}" != 1 ]; then
   mkdir -p "$ASAN_BUILD"
   configure_and_build "$ASAN_BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFEDGATE_SANITIZE=ON \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1"
+  phase_done "ASan build"
   export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1"
   export LSAN_OPTIONS="suppressions=$REPO/tests/lsan.supp:print_suppressions=0"
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
   run_ctest "$ASAN_BUILD" "$ASAN_BUILD/ctest.log" || status=1
+  phase_done "ASan tests"
 fi
 
 if [ "${FEDGATE_SKIP_FUZZ:-0}" != 1 ]; then
   CC=clang CXX=clang++ configure_and_build "$FUZZ_BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DFEDGATE_SANITIZE=ON -DFEDGATE_FUZZ=ON -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
     -DFEDGATE_FUZZ_SECONDS="${FEDGATE_FUZZ_SECONDS:-20}"
+  phase_done "fuzz build"
   ( cd "$FUZZ_BUILD" && ctest -L fuzz -j"$JOBS" --output-on-failure ) >"$FUZZ_BUILD/ctest.log" 2>&1 ||
     status=1
+  phase_done "fuzz runs"
 fi
 
 echo
@@ -114,6 +129,7 @@ report_left slice_cgroups "$cgroups_before" "slice cgroups" || status=1
 report_left rank_work_dirs "$work_before" "rank work folders" || status=1
 cat "${logs[@]}" | awk '/tests failed out of/ { f += $4; t += $NF }
   END { printf "tests: %d passed, %d failed\n", t - f, f }'
+echo "== seconds per phase: $(IFS=,; echo "${timings[*]}" | sed 's/,/, /g') (total ${SECONDS}s)"
 if [ $status -ne 0 ]; then
   echo "== FAILED: details above and in $BUILD/ctest.log, $ASAN_BUILD/ctest.log, $FUZZ_BUILD/ctest.log" >&2
   # The failed assertions first, a few lines each (a test's whole log
