@@ -84,10 +84,12 @@ void Participant::SweepSliceLocked(Slice* s, int64_t now, SweepOutcome* out) {
   if (s->state == SliceState::RUNNING && any_failed && !s->stopping) {
     StopSliceLocked(s, "a rank failed", 0, s->keep_hold);
   }
-  if (s->state == SliceState::RUNNING && !s->stopping &&
+  if (s->state == SliceState::RUNNING && !s->stopping && !all_exited &&
       now > s->lease_deadline_ms + FenceExtraLocked(job, s->lease_ms)) {
     // The coordinator went silent past the lease (and no successor took
-    // the job over in the time that allows): stop and free the GPUs.
+    // the job over in the time that allows): stop and free the GPUs. Ranks
+    // that all exited 0 while the gateway could not look (stopped, busy)
+    // finished their work: the slice succeeded, whatever the fence says.
     s->fenced = true;
     StopSliceLocked(s, "lease expired: the coordinator stopped renewing it");
   }

@@ -264,6 +264,42 @@ TEST_F(ParticipantTest, ASliceWhoseLeaseLapsesIsStopped) {
   EXPECT_EQ(p_->FreeGpus()["n1"], 4u);
 }
 
+// A gateway stopped (SIGSTOP, a long pause) past its slice's fence while the
+// ranks finished: its first sweep after sees both, and the ranks' exits
+// decide. Seen in chaos_bench: the slice was reported stopped by its lease,
+// and its coordinator ran the whole world again.
+TEST_F(ParticipantTest, RanksThatAllExitedZeroSucceedEvenWhenTheFenceHasPassedToo) {
+  Hold(2);
+  ASSERT_TRUE(p_->Commit("bj", Run(2, 5000)).ok());
+  const auto launched = runner_->launched();
+  runner_->Exit(launched[0].pid, 0);
+  runner_->Exit(launched[1].pid, 0);
+  clock_.Advance(60'000);  // far past the lease and any fence
+  p_->Sweep();
+  const auto st = StatusOf();
+  EXPECT_EQ(st.state(), v1::SliceStatusResponse::SUCCEEDED) << st.message();
+  EXPECT_TRUE(runner_->SignalsTo(launched[0].pid).empty()) << "nothing left to stop";
+  EXPECT_EQ(p_->FreeGpus()["n1"], 4u);
+  ASSERT_EQ(closed_.size(), 1u);
+  EXPECT_EQ(closed_[0].reason, "succeeded");
+}
+
+// One rank still running at the fence: the slice is stopped by it, and the
+// rank that had exited 0 does not make it a success.
+TEST_F(ParticipantTest, ARankStillRunningAtTheFenceStopsTheSliceThoughItsSiblingExitedZero) {
+  Hold(2);
+  ASSERT_TRUE(p_->Commit("bj", Run(2, 5000)).ok());
+  const auto launched = runner_->launched();
+  runner_->Exit(launched[0].pid, 0);
+  clock_.Advance(60'000);
+  p_->Sweep();
+  EXPECT_EQ(runner_->SignalsTo(launched[1].pid), std::vector<int>{SIGTERM});
+  p_->Sweep();
+  const auto st = StatusOf();
+  EXPECT_EQ(st.state(), v1::SliceStatusResponse::FAILED);
+  EXPECT_NE(st.message().find("lease expired"), std::string::npos) << st.message();
+}
+
 TEST_F(ParticipantTest, AnAbortWhileRanksStartStopsThemAsTheyStart) {
   Hold(2);
   // The abort runs on a thread of its own while rank 1 starts; it must not
