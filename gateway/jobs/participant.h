@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -128,6 +129,12 @@ class Participant {
     // The record's attempt: a slice of an earlier one ended before the
     // coordinator placed this one, so its end was seen.
     uint32_t attempt = 0;
+    // The epoch of this site's slice in the record's run plan: a slice here
+    // under another epoch was replaced by the coordinator, who so saw its
+    // end. kNoSliceHere: the run has no slice here (a witness, or a site
+    // the coordinator replaced); 0: the record does not say.
+    static constexpr uint64_t kNoSliceHere = UINT64_MAX;
+    uint64_t epoch_here = 0;
     // Its coordinator said the job left RUNNING: kept only while a slice
     // here still holds GPUs, never taken over or voted for.
     bool ended = false;

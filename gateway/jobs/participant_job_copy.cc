@@ -25,6 +25,10 @@ Participant::KeptCopy KeptOf(const v1::Job& job, uint64_t version, const std::st
               job.run().witnesses().end();
   k.version = version;
   k.attempt = job.attempt();
+  k.epoch_here = Participant::KeptCopy::kNoSliceHere;
+  for (const auto& r : job.run().sites()) {
+    if (r.site() == site) k.epoch_here = r.epoch() != 0 ? r.epoch() : job.run().epoch();
+  }
   k.term.term = job.term();
   k.term.coordinator = job.coordinator();
   k.members = MembersOf(job.run(), job.coordinator());
@@ -258,15 +262,18 @@ std::vector<std::string> Participant::OrphanCopiesLocked() {
     // remembered: the job is not over until a coordinator says so, and a
     // takeover needs the record. A job its coordinator said was over goes
     // with its last hold, and so does one nobody may take over (no
-    // successors) or whose unseen end was of an earlier attempt (the
-    // coordinator placed the record's attempt after it).
+    // successors) or whose unseen end was of an earlier attempt or of a
+    // slice the coordinator replaced (it placed the record's attempt, or
+    // the replacement, after that end).
     const KeptCopy& k = it->second;
     bool held = false;
     for (auto s = slices_.lower_bound({it->first, 0}); s != slices_.end() && s->first.first == it->first;
          ++s) {
       const Slice& sl = s->second;
-      const bool unseen_end = !k.successors.empty() && sl.key.attempt() >= k.attempt &&
-                              (sl.fenced || (!sl.reported && !sl.aborted));
+      const bool current = sl.key.attempt() >= k.attempt &&
+                           (k.epoch_here == 0 || sl.key.epoch() == k.epoch_here);
+      const bool unseen_end =
+          !k.successors.empty() && current && (sl.fenced || (!sl.reported && !sl.aborted));
       held = held || !sl.released || (!k.ended && unseen_end);
     }
     const int64_t now = clock_->NowMs();

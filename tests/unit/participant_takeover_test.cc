@@ -555,5 +555,67 @@ TEST_F(TakeoverTest, AFencedSliceOfAnEarlierAttemptKeepsNoRecordOfTheNext) {
   EXPECT_TRUE(p_->TakeoversDue().empty());
 }
 
+// A slice the coordinator replaced (world restart: a new slice here under a
+// newer epoch) has had its end seen: fenced or not, it keeps no record once
+// the slice that replaced it ended and was reported. Seen in chaos_bench: a
+// member kept the record through its replaced, fenced slice and granted a
+// removed member a takeover of a job its coordinator still ran.
+TEST_F(TakeoverTest, AFencedSliceTheCoordinatorReplacedKeepsNoRecord) {
+  v1::Job first = RecordOfBj(15'000, 5'000);
+  first.mutable_run()->set_epoch(1);
+  v1::SliceStatusRequest renew;
+  *renew.mutable_key() = Key(1);
+  renew.set_lease_ms(kLeaseMs);
+  renew.mutable_copy()->set_job(first.SerializeAsString());
+  renew.mutable_copy()->set_version(2);
+  ASSERT_TRUE(p_->Status("bj", renew).ok());
+  clock_.Advance(2 * kLeaseMs + 1000);
+  for (int i = 0; i < 3; ++i) p_->Sweep();
+  ASSERT_EQ(p_->FreeGpus()["n1"], 4u) << "fenced at the short fence";
+  auto kept = p_->JobFromCopy(kJob);
+  ASSERT_TRUE(kept.ok() && kept->has_value()) << "a fenced slice of the run keeps the record";
+
+  v1::ReservationKey second = Key(1);
+  second.set_epoch(2);
+  v1::PrepareRequest r;
+  *r.mutable_key() = second;
+  r.set_tenant("vision");
+  r.add_nodes()->set_node("n1");
+  r.mutable_nodes(0)->set_gpus(1);
+  r.set_hold_ttl_ms(30'000);
+  ASSERT_TRUE(p_->Prepare("bj", r).ok());
+  v1::CommitRequest c;
+  *c.mutable_key() = second;
+  auto* rank = c.add_ranks();
+  rank->set_node("n1");
+  rank->set_local_world_size(1);
+  c.set_world_size(2);
+  c.set_master_addr("10.0.0.9");
+  c.set_master_port(29501);
+  c.add_command("train");
+  c.set_lease_ms(kLeaseMs);
+  v1::Job replaced = first;
+  replaced.mutable_run()->mutable_sites(0)->set_epoch(2);  // site-a: the new slice
+  c.mutable_copy()->set_job(replaced.SerializeAsString());
+  c.mutable_copy()->set_version(3);
+  auto committed = p_->Commit("bj", c);
+  ASSERT_TRUE(committed.ok()) << committed.status();
+
+  runner_->Exit(runner_->launched().back().pid, 0);
+  p_->Sweep();
+  v1::SliceStatusRequest q;
+  *q.mutable_key() = second;
+  q.set_lease_ms(kLeaseMs);
+  auto asked = p_->Status("bj", q);
+  ASSERT_TRUE(asked.ok()) << asked.status();
+  EXPECT_EQ(asked->state(), v1::SliceStatusResponse::SUCCEEDED);
+  p_->Sweep();
+  kept = p_->JobFromCopy(kJob);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_FALSE(kept->has_value()) << "bj replaced the fenced slice and saw the new one end";
+  clock_.Advance(20'000);
+  EXPECT_TRUE(p_->TakeoversDue().empty());
+}
+
 }  // namespace
 }  // namespace fedgate::gateway
