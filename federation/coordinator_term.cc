@@ -84,7 +84,8 @@ int64_t TakeoverFenceMs(size_t successors, int64_t takeover_after_ms, int64_t st
 }
 
 VoteAnswer AnswerVote(TermState* s, const std::vector<std::string>& members,
-                      const VoteRequest& req, int64_t now_ms, int64_t lease_ms) {
+                      const VoteRequest& req, int64_t now_ms, int64_t lease_ms,
+                      const RecordPosition& candidate, const RecordPosition& own) {
   VoteAnswer a;
   auto refuse = [&](std::string why) {
     a.term = s->term;
@@ -105,6 +106,13 @@ VoteAnswer AnswerVote(TermState* s, const std::vector<std::string>& members,
                          s->coordinator.empty() && !s->voted_for.empty()
                              ? "granted to " + s->voted_for
                              : Who(s->coordinator)));
+  }
+  // Up to date: a candidate behind this member's record would lead the job
+  // back to an earlier world (this member has seen a later one).
+  if (candidate < own) {
+    return refuse(StrCat("the candidate's record (term ", candidate.term, ", version ",
+                         candidate.version, ") is older than this member's (term ", own.term,
+                         ", version ", own.version, ")"));
   }
   // Stickiness: a coordinator heard within the lease is not voted out.
   if (!s->coordinator.empty() && s->coordinator != req.candidate && now_ms - s->heard_ms < lease_ms) {

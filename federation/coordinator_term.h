@@ -10,6 +10,7 @@
 // invariants they keep are in docs/coordinator_takeover.md.
 #pragma once
 
+#include <compare>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -67,6 +68,17 @@ struct TermState {
   int64_t heard_ms = 0;     // when it last heard `coordinator` at `term`
 };
 
+// How current a member's copy of the job's record is: the term its
+// coordinator wrote it at, then its version (Raft's last log term and
+// index). A member grants no vote to a candidate whose record is older than
+// its own (Raft §5.4.1), so a site that kept an earlier world's record (its
+// slice was replaced while it was cut off) cannot lead the job back to it.
+struct RecordPosition {
+  uint64_t term = 0;
+  uint64_t version = 0;
+  friend auto operator<=>(const RecordPosition&, const RecordPosition&) = default;
+};
+
 struct VoteRequest {
   std::string job_id;
   uint64_t term = 0;  // the term asked for
@@ -85,8 +97,11 @@ struct VoteAnswer {
 // Raft's RequestVote for one member, with pre-vote and leader stickiness. A
 // granted real vote moves the member to req.term with no coordinator until
 // the winner presents its grants.
+// `candidate` and `own`: where the candidate's copy of the record and this
+// member's stand.
 VoteAnswer AnswerVote(TermState* s, const std::vector<std::string>& members,
-                      const VoteRequest& req, int64_t now_ms, int64_t lease_ms);
+                      const VoteRequest& req, int64_t now_ms, int64_t lease_ms,
+                      const RecordPosition& candidate = {}, const RecordPosition& own = {});
 
 // A grant as the gateway has verified it (signature of `granter` checked).
 struct Grant {

@@ -14,6 +14,7 @@
 #include "federation/round_verdict.h"
 #include "federation/world_restart.h"
 #include "gateway/jobs/coordinator_key.h"
+#include "gateway/jobs/crash_point.h"
 #include "gateway/jobs/fan_out.h"
 #include "gateway/jobs/job_story.h"
 #include "gateway/jobs/participant_calls.h"
@@ -33,6 +34,7 @@ Coordinator::~Coordinator() { Stop(); }
 
 void Coordinator::Start() {
   LoadFairShare();
+  RememberEndsToTell();
   placer_ = std::thread([this] { PlaceLoop(); });
   renewer_ = std::thread([this] { RenewLoop(); });
 }
@@ -143,7 +145,10 @@ void Coordinator::Succeeded(JobRecord job, const v1::RunPlan& run, const std::st
   job.reason = reason;
   job.updated_at_unix_ms = now;
   job.new_events.push_back(StoryEvent(now, "finished", "", StrCat("SUCCEEDED: ", reason)));
-  if (Save(&job)) spdlog::info("job {} succeeded", job.id);
+  if (Save(&job)) {
+    spdlog::info("job {} succeeded", job.id);
+    CrashPoint("coordinator-after-success");
+  }
   last_ok_.erase(job.id);
 }
 

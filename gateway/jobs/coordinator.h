@@ -181,6 +181,10 @@ class Coordinator {
   void CallWitnesses(RenewWork* w, const std::set<std::string>& down, FanOut* fan);
   void NoteSitesToTell(const RenewWork& w);
   void TellMembersTheEnd(const std::set<std::string>& running);
+  // At start: the jobs that ended here within the time members keep a
+  // finished slice's record are told again (who was told died with the
+  // process), so a member does not take over a job that is over.
+  void RememberEndsToTell();
   // coordinator_contact.cc: the unbroken contact with each member of a job
   // (renewals answered, sent at `sent`), and how long a site of it that
   // went silent may be before its slice counts as lost: the short fence

@@ -13,6 +13,7 @@
 #include "gateway/jobs/fan_out.h"
 #include "gateway/jobs/job_copy.h"
 #include "gateway/jobs/participant_calls.h"
+#include "gateway/jobs/participant_limits.h"
 
 namespace fedgate::gateway {
 namespace {
@@ -140,6 +141,37 @@ void Coordinator::TellMembersTheEnd(const std::set<std::string>& running) {
           });
     }
   }
+}
+
+void Coordinator::RememberEndsToTell() {
+  const std::string& self = core_->config().site;
+  auto ended = store_->ListEndedSince(core_->clock()->NowMs() -
+                                      participant_limits::kFinishedSliceKeepMs);
+  if (!ended.ok()) {
+    spdlog::error("cannot read the jobs that ended lately (their members are not told again): {}",
+                  std::string(ended.status().message()));
+    return;
+  }
+  size_t told = 0;
+  std::lock_guard lock(witness_mu_);
+  for (const auto& job : *ended) {
+    v1::RunPlan run;
+    if (!run.ParseFromString(job.run) || SuccessorsOf(run, self).empty()) continue;
+    Witnessed& seen = witnessed_[job.id];
+    seen.key = Key(job, run.epoch());
+    for (const auto& s : run.sites()) {
+      if (s.site() != self) seen.left.insert(s.site());
+    }
+    for (const auto& s : run.witnesses()) {
+      if (s != self) seen.left.insert(s);
+    }
+    if (seen.left.empty()) {
+      witnessed_.erase(job.id);
+    } else {
+      ++told;
+    }
+  }
+  if (told > 0) spdlog::info("telling the members of {} job(s) that ended lately again", told);
 }
 
 }  // namespace fedgate::gateway

@@ -2,6 +2,7 @@
 // gateway kills itself (SIGKILL, like kill -9) the first time it reaches that
 // step. Names: coordinator-after-reserving, coordinator-after-prepare,
 // coordinator-after-decision, coordinator-after-first-commit,
+// coordinator-after-success (the job stored SUCCEEDED, no member told yet),
 // participant-after-prepare, participant-after-commit.
 #pragma once
 

@@ -115,6 +115,10 @@ class Participant {
   // accepted them, and the job's members.
   struct KeptCopy {
     uint64_t version = 0;
+    // The term its coordinator wrote the record at (the record's, not the
+    // accepted `term.term`, which grants move): with `version`, how current
+    // the copy is when a candidate asks for a vote.
+    uint64_t record_term = 0;
     federation::TermState term;
     std::vector<std::string> members;
     // Who may take the job over, in order (empty: nobody), and when
@@ -163,6 +167,7 @@ class Participant {
     int64_t silent_ms = 0;
     uint64_t version = 0;  // of the kept record
     int position = 0;      // in the succession (0 = the first successor)
+    uint64_t record_term = 0;  // the term the kept record was written at
   };
   std::vector<TakeoverDue> TakeoversDue();
   // participant_silence.cc: jobs whose slices here outlived their lease
@@ -174,6 +179,7 @@ class Participant {
     uint64_t term = 0;
     std::vector<std::string> members;
     int64_t heard_ms = 0;  // the silence asked about: since this hearing
+    federation::RecordPosition record;  // of the kept record
   };
   std::vector<SilenceDue> SilencesToConfirm();
   // A majority would vote the coordinator out: the job's slices here keep

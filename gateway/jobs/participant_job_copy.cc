@@ -24,6 +24,7 @@ Participant::KeptCopy KeptOf(const v1::Job& job, uint64_t version, const std::st
   k.witness = std::find(job.run().witnesses().begin(), job.run().witnesses().end(), site) !=
               job.run().witnesses().end();
   k.version = version;
+  k.record_term = job.term();
   k.attempt = job.attempt();
   k.epoch_here = Participant::KeptCopy::kNoSliceHere;
   for (const auto& r : job.run().sites()) {
@@ -197,7 +198,7 @@ std::vector<Participant::TakeoverDue> Participant::TakeoversDue() {
     const int64_t wait = federation::TakeoverDelayMs(position, k.takeover_after_ms, k.stagger_ms);
     if (now - k.term.heard_ms < wait) continue;
     out.push_back({id, k.term.term, k.term.coordinator, k.members, now - k.term.heard_ms,
-                   k.version, position});
+                   k.version, position, k.record_term});
   }
   return out;
 }
@@ -260,11 +261,15 @@ std::vector<std::string> Participant::OrphanCopiesLocked() {
     // (stopped for want of a coordinator, or its ranks ended by themselves
     // and the coordinator has not asked since), while its state is
     // remembered: the job is not over until a coordinator says so, and a
-    // takeover needs the record. A job its coordinator said was over goes
-    // with its last hold, and so does one nobody may take over (no
-    // successors) or whose unseen end was of an earlier attempt or of a
-    // slice the coordinator replaced (it placed the record's attempt, or
-    // the replacement, after that end).
+    // takeover needs the record. So is one that succeeded, seen or not,
+    // until the coordinator's end notice: a coordinator lost for good
+    // right after it decided the job's end must leave a majority that can
+    // decide it again (a failed slice's site may be left out of the next
+    // world, and must not lead the job back to this one). A job its
+    // coordinator said was over goes with its last hold, and so does one
+    // nobody may take over (no successors) or whose end was of an earlier
+    // attempt or of a slice the coordinator replaced (it placed the
+    // record's attempt, or the replacement, after that end).
     const KeptCopy& k = it->second;
     bool held = false;
     for (auto s = slices_.lower_bound({it->first, 0}); s != slices_.end() && s->first.first == it->first;
@@ -272,9 +277,10 @@ std::vector<std::string> Participant::OrphanCopiesLocked() {
       const Slice& sl = s->second;
       const bool current = sl.key.attempt() >= k.attempt &&
                            (k.epoch_here == 0 || sl.key.epoch() == k.epoch_here);
-      const bool unseen_end =
-          !k.successors.empty() && current && (sl.fenced || (!sl.reported && !sl.aborted));
-      held = held || !sl.released || (!k.ended && unseen_end);
+      const bool undecided_end =
+          !sl.aborted && (!sl.reported || sl.state == SliceState::SUCCEEDED);
+      const bool keep_end = !k.successors.empty() && current && (sl.fenced || undecided_end);
+      held = held || !sl.released || (!k.ended && keep_end);
     }
     const int64_t now = clock_->NowMs();
     held = held || (k.witness && !k.ended &&

@@ -44,7 +44,9 @@ absl::StatusOr<v1::VoteResponse> Participant::Vote(const std::string& from,
     lease = std::max(lease, kept.lease_ms);
     a = federation::AnswerVote(&kept.term, kept.members,
                                {req.job_id(), req.term(), from, req.pre_vote()}, clock_->NowMs(),
-                               std::max<int64_t>(lease, kMinLeaseMs));
+                               std::max<int64_t>(lease, kMinLeaseMs),
+                               {req.record_term(), req.record_version()},
+                               {kept.record_term, kept.version});
     if (a.hostile) ++term_refused_["hostile"];
     // Stored by every call that grants, also a repeated one: a repeat that
     // overtook the first call's write must not answer before it is durable.

@@ -76,6 +76,8 @@ std::vector<absl::StatusOr<v1::VoteResponse>> Takeover::AskAll(
     req.set_job_id(due.job_id);
     req.set_term(term);
     req.set_pre_vote(pre_vote);
+    req.set_record_term(due.record_term);
+    req.set_record_version(due.version);
     calls_->Vote(due.members[i], std::move(req), timeout,
                  [round, i](absl::StatusOr<v1::VoteResponse> a) {
                    std::lock_guard lock(round->mu);

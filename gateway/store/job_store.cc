@@ -302,6 +302,27 @@ absl::StatusOr<std::vector<JobRecord>> JobStore::ListAllActive() {
   return out;
 }
 
+absl::StatusOr<std::vector<JobRecord>> JobStore::ListEndedSince(int64_t since_unix_ms) {
+  std::lock_guard lock(read_mu_);
+  static const std::string sql = [] {
+    std::string ended;
+    for (auto st : kAllStates) {
+      if (!federation::IsTerminal(st)) continue;
+      ended += StrCat(ended.empty() ? "'" : ", '", federation::JobStateName(st), "'");
+    }
+    return StrCat("SELECT ", kColumns, " FROM jobs WHERE state IN (", ended,
+                  ") AND coordinator = '' AND updated_at_unix_ms >= ?1;");
+  }();
+  SqlStmt st(reader_, sql.c_str());
+  if (!st.ok()) return SqlError(reader_, "list ended");
+  st.Int(1, since_unix_ms);
+  std::vector<JobRecord> out;
+  int rc;
+  while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) out.push_back(Row(st.get()));
+  if (rc != SQLITE_DONE) return SqlError(reader_, "list ended");
+  return out;
+}
+
 absl::Status JobStore::Save(JobRecord* job, federation::JobActor who) {
   uint64_t stored_version = 0;
   absl::Status st = Enqueue([&](sqlite3* db) -> absl::Status {

@@ -105,6 +105,9 @@ class JobStore {
   // Every job that has not ended (PENDING, RESERVING, RUNNING), in no
   // particular order, read in one snapshot.
   absl::StatusOr<std::vector<JobRecord>> ListAllActive();
+  // Jobs this site coordinates that ended (a terminal state) at or after
+  // `since_unix_ms`: a restarted coordinator tells their members again.
+  absl::StatusOr<std::vector<JobRecord>> ListEndedSince(int64_t since_unix_ms);
   // Jobs per state name (every state, zero included), and the creation time
   // of the oldest PENDING job (nullopt when none waits).
   struct Counts {

@@ -105,6 +105,27 @@ TEST(CoordinatorTerm, APreVoteChangesNothing) {
       << "a pre-vote must be for a term ahead";
 }
 
+TEST(CoordinatorTerm, ACandidateBehindTheMembersRecordGetsNoVote) {
+  // c saw world 3 (record term 1, version 9); b kept world 2's (version 6):
+  // its slice there was replaced while it was cut off.
+  const RecordPosition mine{1, 9};
+  for (bool pre : {true, false}) {
+    TermState s = Following("a", 1, 0);
+    const auto a = AnswerVote(&s, kMembers, {kJob, 2, "b", pre}, 10'000, kLease, {1, 6}, mine);
+    EXPECT_FALSE(a.granted);
+    EXPECT_FALSE(a.hostile) << "a member behind is no enemy";
+    EXPECT_NE(a.reason.find("older than this member's"), std::string::npos) << a.reason;
+    EXPECT_EQ(s.term, 1u) << "a refused vote moves no term";
+    EXPECT_EQ(s.voted_for, "");
+  }
+  TermState s = Following("a", 1, 0);
+  EXPECT_TRUE(AnswerVote(&s, kMembers, {kJob, 2, "b", false}, 10'000, kLease, mine, mine).granted)
+      << "as current";
+  // Written by a coordinator of term 2: newer whatever its version.
+  TermState t = Following("a", 1, 0);
+  EXPECT_TRUE(AnswerVote(&t, kMembers, {kJob, 3, "c", false}, 10'000, kLease, {2, 1}, mine).granted);
+}
+
 TEST(CoordinatorTerm, ANonMemberIsRefusedAsHostile) {
   TermState s = Following("a", 1, 0);
   const auto a = AnswerVote(&s, kMembers, {kJob, 5, "x", false}, 10'000, kLease);

@@ -315,6 +315,28 @@ TEST_F(JobStoreTest, ListAllActiveReadsEveryActiveJob) {
   EXPECT_EQ(ids.size(), 22u);
 }
 
+// A restarted coordinator tells the members of the jobs that ended lately:
+// only those it still coordinates, only terminal ones, only recent ones.
+TEST_F(JobStoreTest, ListEndedSinceReadsTheRecentEndsThisSiteCoordinates) {
+  std::vector<JobRecord> j;
+  for (int i = 0; i < 5; ++i) j.push_back(jobs_->Submit(Job("vision", ""))->job);
+  auto end = [&](JobRecord* r, JobState st, int64_t at, const std::string& moved_to = "") {
+    r->state = st;
+    r->updated_at_unix_ms = at;
+    r->moved_to = moved_to;
+    ASSERT_TRUE(jobs_->Save(r, JobActor::kCaller).ok());
+  };
+  end(&j[0], JobState::kCancelled, 5'000);
+  end(&j[1], JobState::kCancelled, 100);  // ended long ago
+  end(&j[2], JobState::kCancelled, 6'000, "cn-c");  // moved: cn-c tells them
+  auto got = jobs_->ListEndedSince(1'000);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 1u);
+  EXPECT_EQ((*got)[0].id, j[0].id);
+  EXPECT_EQ((*got)[0].state, JobState::kCancelled);
+  EXPECT_EQ(jobs_->ListEndedSince(0)->size(), 2u) << "the pending ones and the moved one left out";
+}
+
 }  // namespace
 }  // namespace fedgate::gateway
 

@@ -573,7 +573,8 @@ v1::JobCopy CopyNaming(uint64_t version, const std::string& coordinator, const s
 // The job's record travels with its slice: kept at commit, replaced only by
 // a newer version, refused when it names another job, coordinator or
 // tenant, reported in every status, kept across a restart, and forgotten
-// once the slice's ranks ended and its coordinator has seen them end.
+// once the slice's ranks ended and its coordinator said the job ended (a
+// success it saw is kept until then: it may be lost before telling anyone).
 TEST_F(ParticipantTest, TheJobsRecordIsKeptBesideItsSliceAndGoesWithIt) {
   Hold(2);
   auto c = Run(2);
@@ -617,6 +618,16 @@ TEST_F(ParticipantTest, TheJobsRecordIsKeptBesideItsSliceAndGoesWithIt) {
   ASSERT_TRUE(still.ok());
   EXPECT_TRUE(still->has_value()) << "bj has not seen the end yet (a successor may need it)";
   EXPECT_EQ(StatusOf().state(), v1::SliceStatusResponse::SUCCEEDED);
+  p_->Sweep();
+  still = p_->JobFromCopy(kJob);
+  ASSERT_TRUE(still.ok());
+  EXPECT_TRUE(still->has_value()) << "seen, but bj has not said the job ended";
+  v1::JobCopy end = CopyNaming(6, "bj", "vision", 1);
+  v1::Job ended;
+  ASSERT_TRUE(ended.ParseFromString(end.job()));
+  ended.set_state(v1::Job::SUCCEEDED);
+  end.set_job(ended.SerializeAsString());
+  EXPECT_EQ(renew(end), 6u) << "the end notice is acknowledged";
   p_->Sweep();
   auto gone = p_->JobFromCopy(kJob);
   ASSERT_TRUE(gone.ok());
