@@ -193,6 +193,17 @@ absl::StatusOr<JobRecord> Takeover::Adopted(const Participant::TakeoverDue& due,
     // The members stay as they were: the old coordinator keeps its vote.
     for (auto& m : MembersOf(run, j.coordinator())) run.add_members(std::move(m));
   }
+  // A member with no slice (the old coordinator) is renewed as a witness
+  // from now on: it keeps the record, so it can vote in a second takeover
+  // (with none kept it refused every vote, and a job taken over once could
+  // not be taken over again while it lived).
+  for (const auto& m : run.members()) {
+    const bool site = std::any_of(run.sites().begin(), run.sites().end(),
+                                  [&](const v1::SiteRun& s) { return s.site() == m; });
+    const bool witness = std::find(run.witnesses().begin(), run.witnesses().end(), m) !=
+                         run.witnesses().end();
+    if (m != self && !site && !witness) run.add_witnesses(m);
+  }
   r.run = run.SerializeAsString();
   r.version = due.version + 1;  // newer than every site's copy
   r.term = term;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <thread>
@@ -142,6 +143,11 @@ TEST_F(CoordinatorTakeover, AFrozenCoordinatorLearnsAtItsReturnThatTheJobMovedAn
       << fed_.log("site-a") << fed_.log(to);
   const v1::Job at_a = Get("site-a", id);
   EXPECT_EQ(at_a.term(), 2u);
+  // The old coordinator keeps its vote, and from now on the record too, as
+  // a witness of the new coordinator (so a second takeover has a majority).
+  const v1::Job at_new = Get(to, id);
+  const auto& w = at_new.run().witnesses();
+  EXPECT_NE(std::find(w.begin(), w.end(), "site-a"), w.end()) << "site-a renewed as a witness";
   EXPECT_NE(at_a.reason().find("coordinated by " + to), std::string::npos) << at_a.reason();
   auto cancel = Alice("site-a", {"--no-follow", "jobs", "cancel", id});
   EXPECT_NE(cancel.exit_code, 0) << "site-a cancels nothing it does not coordinate";

@@ -3,7 +3,10 @@
 // under a seed, with members killed, restarted and cut off. What must hold
 // whatever the schedule: one winner per term; a member grants one candidate
 // per term; a member's accepted term never goes back; a call is accepted
-// only from its term's winner; honest members are never taken for hostile.
+// only from its term's winner; honest members are never taken for hostile;
+// a winner holds every record a majority stored before it won (the
+// coordinator writes the job's record with each call: Raft's leader
+// completeness, kept by the up-to-date check on votes).
 // What must happen: a dead coordinator is replaced in time by the first
 // successor that can reach a majority, and a coordinator heard by a
 // majority is never voted out.
@@ -31,6 +34,7 @@ struct Msg {
   bool ok = false;
   std::string coordinator;
   std::vector<Grant> grants;
+  RecordPosition record;  // a vote's candidate's, or the record a call carries
 };
 
 struct Node {
@@ -46,6 +50,7 @@ struct Node {
   std::set<int> pre;
   std::vector<Grant> grants;  // while voting; then those of the term it coordinates
   std::string last_coordinator;
+  RecordPosition record;  // its copy of the job's record (persisted)
 };
 
 class Sim {
@@ -60,6 +65,7 @@ class Sim {
       node.st.term = 1;
       node.st.coordinator = "s0";
       node.last_coordinator = "s0";
+      node.record = {1, 1};  // stored by every member at commit
       nodes_.push_back(node);
       members_.push_back(node.name);
       if (i > 0) vc_.push_back(node.name);
@@ -165,7 +171,8 @@ class Sim {
       case Msg::kPreVote:
       case Msg::kVote: {
         const bool pre = m.kind == Msg::kPreVote;
-        const VoteAnswer a = AnswerVote(&n.st, members_, {kJob, m.term, from, pre}, now_, kLease);
+        const VoteAnswer a =
+            AnswerVote(&n.st, members_, {kJob, m.term, from, pre}, now_, kLease, m.record, n.record);
         if (a.hostile) Violation(n.name + " took " + from + " for hostile: " + a.reason);
         if (a.granted && !pre) RecordVote(m.to, m.term, from);
         Follow(n);
@@ -192,6 +199,7 @@ class Sim {
         const CallCheck c = AcceptCoordinatorCall(&n.st, members_, kJob, m.term, from, m.grants, now_);
         if (c.hostile) Violation(n.name + " took " + from + " for hostile: " + c.reason);
         if (c.ok) {
+          Store(m.to, m.record);
           auto& last = accepted_term_[m.to];
           if (m.term < last) {
             Violation(n.name + " accepted term " + std::to_string(m.term) + " after " + std::to_string(last));
@@ -224,6 +232,15 @@ class Sim {
     }
   }
 
+  // Member `at` keeps `r` when it is newer; a record a majority keeps is
+  // committed (no later winner may lack it).
+  void Store(int at, const RecordPosition& r) {
+    if (nodes_[at].record < r) nodes_[at].record = r;
+    size_t have = 0;
+    for (const Node& m : nodes_) have += r <= m.record ? 1 : 0;
+    if (have >= Majority(nodes_.size()) && committed_ < r) committed_ = r;
+  }
+
   void Tick(int i) {
     Node& n = nodes_[i];
     if (n.st.coordinator == n.name) {
@@ -234,10 +251,14 @@ class Sim {
         n.st.heard_ms = now_;
       }
       if (now_ >= n.next_beat) {
+        // Each call writes the record anew (a renewal's copy, a new world).
+        n.record.version += 1;
+        Store(i, n.record);
         Msg call;
         call.kind = Msg::kCall;
         call.term = n.st.term;
         call.grants = n.grants;
+        call.record = n.record;
         ToAll(i, call);
         n.next_beat = now_ + kBeat;
       }
@@ -260,17 +281,24 @@ class Sim {
     n.cand_term = n.st.term + 1;
     n.cand_started = now_;
     n.pre.clear();
-    if (!AnswerVote(&n.st, members_, {kJob, n.cand_term, n.name, true}, now_, kLease).granted) return;
+    if (!AnswerVote(&n.st, members_, {kJob, n.cand_term, n.name, true}, now_, kLease, n.record,
+                    n.record)
+             .granted) {
+      return;
+    }
     n.phase = Node::kPre;
     Msg m;
     m.kind = Msg::kPreVote;
     m.term = n.cand_term;
+    m.record = n.record;
     ToAll(i, m);
   }
 
   void StartVote(int i) {
     Node& n = nodes_[i];
-    if (!AnswerVote(&n.st, members_, {kJob, n.cand_term, n.name, false}, now_, kLease).granted) {
+    if (!AnswerVote(&n.st, members_, {kJob, n.cand_term, n.name, false}, now_, kLease, n.record,
+                    n.record)
+             .granted) {
       n.phase = Node::kIdle;
       return;
     }
@@ -281,6 +309,7 @@ class Sim {
     Msg m;
     m.kind = Msg::kVote;
     m.term = n.cand_term;
+    m.record = n.record;
     ToAll(i, m);
   }
 
@@ -291,6 +320,15 @@ class Sim {
       Violation("term " + std::to_string(n.cand_term) + " won by " + it->second + " and " + n.name);
     }
     won_at_[n.cand_term] = now_;
+    if (n.record < committed_) {
+      Violation(n.name + " won term " + std::to_string(n.cand_term) + " without the record a " +
+                "majority stored (term " + std::to_string(committed_.term) + ", version " +
+                std::to_string(committed_.version) + "; it has version " +
+                std::to_string(n.record.version) + ")");
+    }
+    // The winner writes the record at its term (JobStore::Adopt).
+    n.record = {n.cand_term, n.record.version + 1};
+    Store(i, n.record);
     const CallCheck self = AcceptCoordinatorCall(&n.st, members_, kJob, n.cand_term, n.name, n.grants, now_);
     if (!self.ok) Violation(n.name + " won but refused itself: " + self.reason);
     n.phase = Node::kIdle;
@@ -313,6 +351,7 @@ class Sim {
   std::map<uint64_t, int64_t> won_at_;
   std::map<std::pair<int, uint64_t>, std::string> votes_;
   std::map<int, uint64_t> accepted_term_;
+  RecordPosition committed_;
   std::vector<std::string> violations_;
 };
 
