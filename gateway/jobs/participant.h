@@ -179,7 +179,6 @@ class Participant {
     uint64_t term = 0;
     std::vector<std::string> members;
     int64_t heard_ms = 0;  // the silence asked about: since this hearing
-    federation::RecordPosition record;  // of the kept record
   };
   std::vector<SilenceDue> SilencesToConfirm();
   // A majority would vote the coordinator out: the job's slices here keep

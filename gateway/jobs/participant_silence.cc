@@ -47,7 +47,7 @@ std::vector<Participant::SilenceDue> Participant::SilencesToConfirm() {
       lease = std::max(lease, s->second.lease_ms);
     }
     if (now >= federation::SatAdd(end, FenceExtraLocked(id, lease))) continue;
-    out.push_back({id, k.term.term, k.members, k.term.heard_ms, {k.record_term, k.version}});
+    out.push_back({id, k.term.term, k.members, k.term.heard_ms});
   }
   return out;
 }

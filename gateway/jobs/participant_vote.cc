@@ -42,11 +42,16 @@ absl::StatusOr<v1::VoteResponse> Participant::Vote(const std::string& from,
                                                   kept.term.term));
     }
     lease = std::max(lease, kept.lease_ms);
+    const federation::RecordPosition own{kept.record_term, kept.version};
+    // A silence check is a pre-vote about the coordinator only.
+    const bool silence_only = req.silence_only() && req.pre_vote();
     a = federation::AnswerVote(&kept.term, kept.members,
                                {req.job_id(), req.term(), from, req.pre_vote()}, clock_->NowMs(),
                                std::max<int64_t>(lease, kMinLeaseMs),
-                               {req.record_term(), req.record_version()},
-                               {kept.record_term, kept.version});
+                               silence_only ? own
+                                            : federation::RecordPosition{req.record_term(),
+                                                                         req.record_version()},
+                               own);
     if (a.hostile) ++term_refused_["hostile"];
     // Stored by every call that grants, also a repeated one: a repeat that
     // overtook the first call's write must not answer before it is durable.

@@ -36,8 +36,7 @@ void Takeover::ConfirmSilences(const std::vector<Participant::SilenceDue>& due) 
       req.set_job_id(d.job_id);
       req.set_term(d.term + 1);
       req.set_pre_vote(true);
-      req.set_record_term(d.record.term);
-      req.set_record_version(d.record.version);
+      req.set_silence_only(true);
       calls_->Vote(m, std::move(req), timeout, [round](absl::StatusOr<v1::VoteResponse> a) {
         std::lock_guard lock(round->mu);
         round->granted += a.ok() && a->granted() ? 1 : 0;

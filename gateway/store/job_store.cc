@@ -278,48 +278,47 @@ absl::StatusOr<JobStore::Counts> JobStore::Count() {
   return out;
 }
 
+namespace {
+// The states that have (or have not) ended, by the state machine's names,
+// quoted for an SQL IN list.
+std::string StatesIn(bool ended) {
+  std::string out;
+  for (auto st : kAllStates) {
+    if (federation::IsTerminal(st) != ended) continue;
+    out += StrCat(out.empty() ? "'" : ", '", federation::JobStateName(st), "'");
+  }
+  return out;
+}
+}  // namespace
+
 absl::StatusOr<std::vector<JobRecord>> JobStore::ListAllActive() {
-  std::lock_guard lock(read_mu_);
   // One statement is one read snapshot, so a job that changes state
   // meanwhile is seen once. No ORDER BY: the coordinator orders the jobs
   // itself, and sorting every active row took a temporary B-tree per pass.
-  static const std::string sql = [] {
-    std::string active;  // the states that have not ended, by the state machine's names
-    for (auto st : kAllStates) {
-      if (federation::IsTerminal(st)) continue;
-      active += StrCat(active.empty() ? "'" : ", '", federation::JobStateName(st), "'");
-    }
-    // A job that moved to another coordinator is driven there.
-    return StrCat("SELECT ", kColumns, " FROM jobs WHERE state IN (", active,
-                  ") AND coordinator = '';");
-  }();
-  SqlStmt st(reader_, sql.c_str());
-  if (!st.ok()) return SqlError(reader_, "list active");
-  std::vector<JobRecord> out;
-  int rc;
-  while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) out.push_back(Row(st.get()));
-  if (rc != SQLITE_DONE) return SqlError(reader_, "list active");
-  return out;
+  // A job that moved to another coordinator is driven there.
+  static const std::string sql =
+      StrCat("SELECT ", kColumns, " FROM jobs WHERE state IN (", StatesIn(false),
+             ") AND coordinator = '';");
+  return ListRows(sql, "list active", std::nullopt);
 }
 
 absl::StatusOr<std::vector<JobRecord>> JobStore::ListEndedSince(int64_t since_unix_ms) {
+  static const std::string sql =
+      StrCat("SELECT ", kColumns, " FROM jobs WHERE state IN (", StatesIn(true),
+             ") AND coordinator = '' AND updated_at_unix_ms >= ?1;");
+  return ListRows(sql, "list ended", since_unix_ms);
+}
+
+absl::StatusOr<std::vector<JobRecord>> JobStore::ListRows(const std::string& sql, const char* what,
+                                                          std::optional<int64_t> arg) {
   std::lock_guard lock(read_mu_);
-  static const std::string sql = [] {
-    std::string ended;
-    for (auto st : kAllStates) {
-      if (!federation::IsTerminal(st)) continue;
-      ended += StrCat(ended.empty() ? "'" : ", '", federation::JobStateName(st), "'");
-    }
-    return StrCat("SELECT ", kColumns, " FROM jobs WHERE state IN (", ended,
-                  ") AND coordinator = '' AND updated_at_unix_ms >= ?1;");
-  }();
   SqlStmt st(reader_, sql.c_str());
-  if (!st.ok()) return SqlError(reader_, "list ended");
-  st.Int(1, since_unix_ms);
+  if (!st.ok()) return SqlError(reader_, what);
+  if (arg.has_value()) st.Int(1, *arg);
   std::vector<JobRecord> out;
   int rc;
   while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) out.push_back(Row(st.get()));
-  if (rc != SQLITE_DONE) return SqlError(reader_, "list ended");
+  if (rc != SQLITE_DONE) return SqlError(reader_, what);
   return out;
 }
 

@@ -128,6 +128,10 @@ class JobStore {
     std::function<void(absl::Status)> done;
   };
   JobStore() = default;
+  // The rows of one SELECT of kColumns (`arg` bound to ?1), read in one
+  // snapshot; `what` names it in errors.
+  absl::StatusOr<std::vector<JobRecord>> ListRows(const std::string& sql, const char* what,
+                                                  std::optional<int64_t> arg);
   absl::Status Enqueue(std::function<absl::Status(sqlite3*)> apply);
   void EnqueueAsync(std::function<absl::Status(sqlite3*)> apply,
                     std::function<void(absl::Status)> done);

@@ -215,8 +215,11 @@ TEST_F(RunTest, ASiteOfAJobKeepsItsRecordAndAnswersForIt) {
   const auto text = RunCommand({FedctlBin(), "--gateway", fed_.endpoint("site-b"), "--tls-dir",
                                  tmp_ / "alice", "jobs", "get", id});
   EXPECT_NE(text.out.find("coordinated by site-a at term 1"), std::string::npos) << text.out;
-  // site-c runs none of it but witnesses it: it keeps the record as well, and
+  // site-c runs none of it but witnesses it: it keeps the record as well
+  // (sent with the first renewal after the commit, not with the commit), and
   // fedctl asking there is led to the coordinator's own view.
+  EXPECT_TRUE(Eventually([&] { return Get("site-c", id).coordinator() == "site-a"; }, 10000))
+      << fed_.log("site-c");
   const v1::Job at_c = Get("site-c", id);
   EXPECT_EQ(at_c.coordinator(), "site-a") << fed_.log("site-c");
   EXPECT_EQ(at_c.term(), 1u);

@@ -209,7 +209,7 @@ TEST_F(TakeoverTest, AMemberGrantsOneCandidatePerTermOnlyOnceTheCoordinatorIsSil
 // Raft's up-to-date check at a real member: sh kept an older copy of bj's
 // record than this site (its slice there was replaced while it was cut
 // off, say), so it gets neither a pre-vote nor a vote; a candidate as
-// current does.
+// current does, and a silence check skips it.
 TEST_F(TakeoverTest, ACandidateWithAnOlderRecordGetsNoVote) {
   ASSERT_TRUE(RenewAllowingTakeovers().ok());  // version 2 kept here
   clock_.Advance(kLeaseMs + 1000);  // bj silent past the lease
@@ -219,6 +219,21 @@ TEST_F(TakeoverTest, ACandidateWithAnOlderRecordGetsNoVote) {
     EXPECT_FALSE(a->granted());
     EXPECT_NE(a->reason().find("older than this member's"), std::string::npos) << a->reason();
   }
+  // Asked only whether bj is silent here too (the takeover fence), a site
+  // behind still hears yes: its slice runs on for whoever takes over.
+  v1::VoteRequest silence;
+  silence.set_site("sh");
+  silence.set_job_id(kJob);
+  silence.set_term(2);
+  silence.set_pre_vote(true);
+  silence.set_silence_only(true);
+  auto heard = p_->Vote("sh", silence);
+  ASSERT_TRUE(heard.ok()) << heard.status();
+  EXPECT_TRUE(heard->granted()) << heard->reason();
+  silence.set_pre_vote(false);  // never a real vote
+  auto real = p_->Vote("sh", silence);
+  ASSERT_TRUE(real.ok()) << real.status();
+  EXPECT_FALSE(real->granted());
   auto same = Ask("sh", 2, false, 2);
   ASSERT_TRUE(same.ok()) << same.status();
   EXPECT_TRUE(same->granted()) << same->reason();
