@@ -199,6 +199,27 @@ absl::Status CheckMembershipChange(const std::vector<std::string>& current,
   return absl::OkStatus();
 }
 
+std::vector<std::string> MembersBeforeChange(const std::vector<std::string>& after,
+                                             const std::string& site, bool removed) {
+  std::set<std::string> m(after.begin(), after.end());
+  if (removed) {
+    m.insert(site);
+  } else {
+    m.erase(site);
+  }
+  return {m.begin(), m.end()};
+}
+
+bool ChangeAccepted(const std::vector<std::string>& before, const std::string& coordinator,
+                    const std::map<std::string, uint64_t>& acked, uint64_t since_version) {
+  size_t holding = 0;
+  for (const auto& m : std::set<std::string>(before.begin(), before.end())) {
+    const auto it = acked.find(m);
+    holding += m == coordinator || (it != acked.end() && it->second >= since_version);
+  }
+  return holding >= Majority(before.size());
+}
+
 bool SliceFenced(int64_t now_ms, int64_t majority_confirmed_ms, int64_t fence_ms) {
   return now_ms - majority_confirmed_ms >= fence_ms;
 }

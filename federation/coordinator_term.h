@@ -12,6 +12,7 @@
 
 #include <compare>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -139,6 +140,18 @@ CallCheck AcceptCoordinatorCall(TermState* s, const std::vector<std::string>& me
 // then.
 absl::Status CheckMembershipChange(const std::vector<std::string>& current,
                                    const std::vector<std::string>& next);
+
+// The members before the single-server change that made `after`: without
+// `site` when it was added, with it when it was removed.
+std::vector<std::string> MembersBeforeChange(const std::vector<std::string>& after,
+                                             const std::string& site, bool removed);
+
+// Whether a change is accepted: a majority of the members before it hold a
+// record at least `since_version` (the first version that has the change).
+// `acked` maps a member to the version of the copy it last acknowledged;
+// the coordinator, which wrote the change, counts as holding it.
+bool ChangeAccepted(const std::vector<std::string>& before, const std::string& coordinator,
+                    const std::map<std::string, uint64_t>& acked, uint64_t since_version);
 
 // A site keeps its slice running while it has confirmed a majority of the
 // job's members within `fence_ms`; past that it stops the ranks.

@@ -51,6 +51,18 @@ std::string Coordination(const v1::Job& j) {
   return absl::StrFormat("; coordinated by %s at term %u", j.coordinator(), j.term());
 }
 
+// The members once they are listed (after a takeover or a change of
+// members), and the change under way.
+std::string Members(const v1::RunPlan& run) {
+  if (run.members().empty()) return "";
+  std::string out = "; members: " + absl::StrJoin(run.members(), ", ");
+  if (run.has_member_change()) {
+    const auto& c = run.member_change();
+    out += absl::StrFormat(" (changing: %s %s)", c.site(), c.remove() ? "leaves" : "joins");
+  }
+  return out;
+}
+
 std::string JobTable(const v1::Job& j) {
   std::string out = absl::StrFormat("job %s (%s) of tenant %s: %s, attempt %u%s\n  %s\n", j.id(),
                                     j.name(), j.tenant(), v1::Job::State_Name(j.state()),
@@ -320,14 +332,15 @@ int VcGet(const Globals& g, const Opts& o) {
   std::string table =
       rows.empty() ? std::string("no virtual cluster yet (the job has not started)\n")
                    : absl::StrFormat("world %u, master %s:%u, epoch %u, restart %u%s%s; "
-                                     "witnesses: %s\n",
+                                     "witnesses: %s%s\n",
                                      j.run().world_size(), j.run().master_addr(),
                                      j.run().master_port(), j.run().epoch(), j.run().restart(),
                                      j.run().has_replacing() ? " (restarting)" : "",
                                      Coordination(j),
                                      j.run().witnesses().empty()
                                          ? std::string("none")
-                                         : absl::StrJoin(j.run().witnesses(), ", ")) +
+                                         : absl::StrJoin(j.run().witnesses(), ", "),
+                                     Members(j.run())) +
                          RenderTable({"RANK", "SITE", "NODE", "GPU", "LOCAL RANK", "GROUP"}, rows);
   Print(j.run(), g.format(), table);
   return 0;

@@ -207,6 +207,19 @@ class Coordinator {
   // it cannot be had (the reason says why).
   bool ReplaceSlice(JobRecord* job, v1::RunPlan* run, int idx,
                     const std::vector<std::string>& unreachable);
+  // coordinator_members.cc: Raft's single-server changes of a job's
+  // members (where it may be taken over). The replacement of `lost` by
+  // `target` gives `next` its first step: the new site joins (or, when it
+  // already is a member, the lost one leaves). UNAVAILABLE while an earlier
+  // step is not accepted yet.
+  std::string PendingMemberChange(const v1::RunPlan& run) const;  // "" = none
+  absl::Status BeginMemberChange(const JobRecord& job, const v1::RunPlan& run,
+                                 const std::string& lost, const std::string& target,
+                                 v1::RunPlan* next);
+  // On a pass that heard a majority: the next step, once a majority of the
+  // members before the last one holds it. False when the record moved on
+  // meanwhile (the job is judged next pass).
+  bool AdvanceMemberChange(RenewWork* w, int64_t now);
   // Moves `plan` to the site with the fastest links to the survivors.
   void PreferFastLinks(const JobRecord& job, const v1::RunPlan& run, int idx,
                        const v1::JobSpec& spec, v1::PlanResponse* plan);

@@ -75,6 +75,7 @@ void Coordinator::RenewPass() {
     for (size_t i = 0; i < w->witnesses.size(); ++i) {
       if (w->witness_answers[i].ok()) acked[w->witnesses[i]] = w->witness_answers[i]->copy_version();
     }
+    if (!AdvanceMemberChange(w.get(), now)) continue;
     Judge(std::move(w->job), w->run, w->answers, now);
   }
   std::erase_if(last_ok_, [&](const auto& e) { return !running.contains(e.first); });

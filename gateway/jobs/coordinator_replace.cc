@@ -162,6 +162,11 @@ bool Coordinator::ReplaceSlice(JobRecord* job, v1::RunPlan* run, int idx,
     }
     return false;
   };
+  // One change of the members at a time: a second lost slice waits for the
+  // first one's new site to be accepted and its lost one to leave.
+  if (const std::string pending = PendingMemberChange(*run); !pending.empty()) {
+    return wait(StrCat(why, ": ", pending));
+  }
   // The same size elsewhere, on one site: never a site of this world, never
   // the lost one, within the spec's constraints.
   v1::JobSpec spec = job->spec;
@@ -200,6 +205,10 @@ bool Coordinator::ReplaceSlice(JobRecord* job, v1::RunPlan* run, int idx,
     next.set_master_port(held->master_port());
   }
   (*next.mutable_replacing()->mutable_replaced_by())[old.site()] = target;
+  if (auto st = BeginMemberChange(*job, *run, old.site(), target, &next); !st.ok()) {
+    abort_new("the job's members cannot change yet");
+    return wait(StrCat(why, ": ", st.message()));
+  }
   // Committed parked: the GPUs are the job's from now on, no rank runs yet;
   // the decision is durable before the lost site is let go.
   if (auto st = CommitParked(*job, next, idx); !st.ok()) {
@@ -213,7 +222,10 @@ bool Coordinator::ReplaceSlice(JobRecord* job, v1::RunPlan* run, int idx,
   saved.new_events.push_back(StoryEvent(saved.updated_at_unix_ms, "replaced", target,
                                         StrCat("the slice of ", old.site(), " is replaced by ",
                                                next.sites(idx).ranks_size(), " rank(s) at ",
-                                               target)));
+                                               target,
+                                               next.member_change().site() == target
+                                                   ? StrCat("; ", target, " joins the members")
+                                                   : "")));
   if (!Save(&saved)) {
     abort_new("the job ended during its replacement");
     return false;

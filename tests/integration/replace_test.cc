@@ -139,6 +139,17 @@ class ReplaceTest : public JobsTest {
     if (site_moves) {
       EXPECT_EQ(now, (std::set<std::string>{survivor, *spare.begin()}))
           << "the lost slice is re-reserved on the spare site";
+      // The members changed one at a time: the spare joined, then the lost
+      // site left (each step held by a majority of the members before it).
+      EXPECT_EQ(std::set<std::string>(after.run().members().begin(), after.run().members().end()),
+                (std::set<std::string>{"site-a", survivor, *spare.begin()}));
+      EXPECT_FALSE(after.run().has_member_change()) << after.run().member_change().DebugString();
+      const auto story = Alice("site-a", {"jobs", "events", id});
+      const auto joined = story.out.find(*spare.begin() + " joined the job's members");
+      const auto left = story.out.find(lost + " left the job's members");
+      EXPECT_NE(joined, std::string::npos) << story.out;
+      EXPECT_NE(left, std::string::npos) << story.out;
+      EXPECT_LT(joined, left) << "joined first, then left: " << story.out;
     } else {
       EXPECT_EQ(now, (std::set<std::string>{survivor, lost})) << "restarted where it was";
     }

@@ -203,6 +203,23 @@ TEST(CoordinatorTerm, MembersChangeOneAtATime) {
   EXPECT_FALSE(CheckMembershipChange({"a", "b"}, {"a", "b", "b"}).ok());
 }
 
+TEST(CoordinatorTerm, AChangeOfMembersCountsTheMembersBeforeIt) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(MembersBeforeChange({"a", "b", "c", "d"}, "d", false), (V{"a", "b", "c"}));
+  EXPECT_EQ(MembersBeforeChange({"a", "c", "d"}, "b", true), (V{"a", "b", "c", "d"}));
+  // d joined {a, b, c} at version 7; b is lost. The coordinator a and c
+  // holding version 7 are a majority of the three before: accepted.
+  EXPECT_FALSE(ChangeAccepted({"a", "b", "c"}, "a", {{"c", 6}, {"d", 7}}, 7))
+      << "the new member's copy counts for nothing: it was not a member before";
+  EXPECT_TRUE(ChangeAccepted({"a", "b", "c"}, "a", {{"c", 7}}, 7));
+  EXPECT_TRUE(ChangeAccepted({"a", "b", "c"}, "a", {{"c", 9}}, 7)) << "a later copy has it too";
+  // b leaves {a, b, c, d} at version 8: three of the four before must hold it.
+  EXPECT_FALSE(ChangeAccepted({"a", "b", "c", "d"}, "a", {{"c", 8}, {"d", 7}}, 8));
+  EXPECT_TRUE(ChangeAccepted({"a", "b", "c", "d"}, "a", {{"c", 8}, {"d", 8}}, 8));
+  EXPECT_FALSE(ChangeAccepted({"b", "c", "d"}, "a", {{"c", 8}}, 8))
+      << "a coordinator that is no member before the change counts for nothing";
+}
+
 TEST(CoordinatorTerm, ASliceIsLostOnlyAfterItsSiteHasSurelyStoppedIt) {
   EXPECT_FALSE(SliceFenced(10'000, 7'001, 3'000));
   EXPECT_TRUE(SliceFenced(10'000, 7'000, 3'000));
