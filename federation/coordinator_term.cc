@@ -143,7 +143,8 @@ bool GrantsMajority(const std::vector<std::string>& members, const std::string& 
 
 CallCheck AcceptCoordinatorCall(TermState* s, const std::vector<std::string>& members,
                                 const std::string& job_id, uint64_t term, const std::string& from,
-                                const std::vector<Grant>& verified_grants, int64_t now_ms) {
+                                const std::vector<Grant>& verified_grants, int64_t now_ms,
+                                const std::vector<std::string>& newer_members) {
   CallCheck c;
   auto answer = [&](bool ok, bool hostile, std::string why) {
     c.ok = ok;
@@ -160,8 +161,18 @@ CallCheck AcceptCoordinatorCall(TermState* s, const std::vector<std::string>& me
     return answer(false, false, StrCat("term ", term, " is over: job ", job_id, " is at term ",
                                        s->term, ", ", Who(s->coordinator)));
   }
-  if (!IsMember(members, from)) {
-    return answer(false, true, StrCat(from, " is no member of job ", job_id));
+  const bool one_step = !newer_members.empty() && newer_members != members &&
+                        CheckMembershipChange(members, newer_members).ok();
+  // A member more than one change behind cannot check a caller that the
+  // newer record vouches for: it refuses it (its slice fences, and is
+  // replaced) but does not count it hostile.
+  const bool vouched = !newer_members.empty() && IsMember(newer_members, from);
+  if (!IsMember(members, from) && !(one_step && vouched)) {
+    return answer(false, !vouched,
+                  StrCat(from, " is no member of job ", job_id,
+                         vouched ? " in the record kept here, which is more than one change of "
+                                   "members behind the caller's"
+                                 : ""));
   }
   if (term == s->term && !s->coordinator.empty()) {
     if (from != s->coordinator) {
@@ -172,9 +183,16 @@ CallCheck AcceptCoordinatorCall(TermState* s, const std::vector<std::string>& me
     return answer(true, false, "");
   }
   // A term this member has not seen decided: only a majority of grants makes it.
-  if (!GrantsMajority(members, job_id, term, from, verified_grants)) {
-    return answer(false, true, StrCat(from, " claims term ", term, " of job ", job_id,
-                                      " without a majority of grants"));
+  const bool newer_majority =
+      vouched && GrantsMajority(newer_members, job_id, term, from, verified_grants);
+  if (!GrantsMajority(members, job_id, term, from, verified_grants) &&
+      !(one_step && newer_majority)) {
+    return answer(false, !newer_majority,
+                  StrCat(from, " claims term ", term, " of job ", job_id,
+                         " without a majority of grants",
+                         newer_majority ? " of the members kept here (more than one change of "
+                                          "members behind the caller's)"
+                                        : ""));
   }
   if (term > s->term) s->voted_for.clear();
   s->term = term;

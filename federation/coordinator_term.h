@@ -130,9 +130,15 @@ struct CallCheck {
 // term's coordinator. A higher term, or an undecided current one, is
 // accepted with a majority of grants for it and makes `from` the
 // coordinator; an older term is refused and names the coordinator.
+// `newer_members`: the members in a newer record the call brings, if any.
+// When they are one change away from `members` (a step of a change this
+// member has not heard of yet), the caller may be one of them and its
+// grants a majority of them: a successor elected by the members after a
+// step still fences a member that missed the step's copy.
 CallCheck AcceptCoordinatorCall(TermState* s, const std::vector<std::string>& members,
                                 const std::string& job_id, uint64_t term, const std::string& from,
-                                const std::vector<Grant>& verified_grants, int64_t now_ms);
+                                const std::vector<Grant>& verified_grants, int64_t now_ms,
+                                const std::vector<std::string>& newer_members = {});
 
 // Raft's single-server change: `next` adds or removes at most one member of
 // `current`, and keeps at least one. The coordinator applies a change once a

@@ -102,7 +102,7 @@ bool Coordinator::AdvanceMemberChange(RenewWork* w, int64_t now) {
   if (change.remove()) {
     next.clear_member_change();
     what = StrCat(change.site(), " left the job's members");
-  } else if (!change.then_remove().empty()) {
+  } else if (!change.then_remove().empty() && change.then_remove() != self) {
     RemoveMember(change.then_remove(), &next);
     auto* c = next.mutable_member_change();
     c->set_site(change.then_remove());
@@ -112,6 +112,8 @@ bool Coordinator::AdvanceMemberChange(RenewWork* w, int64_t now) {
     what = StrCat(change.site(), " joined the job's members; ", change.then_remove(),
                   " leaves them next");
   } else {
+    // A successor that was the lost site stays a member: a coordinator
+    // never removes itself.
     next.clear_member_change();
     what = StrCat(change.site(), " joined the job's members");
   }

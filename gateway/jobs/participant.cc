@@ -320,11 +320,14 @@ absl::StatusOr<v1::SliceStatusResponse> Participant::Status(const std::string& f
   v1::SliceStatusResponse resp;
   bool checkpoints = false;
   const auto grants = VerifyGrants(req.grants());  // signatures: not under the lock
+  const auto brought = Brought(req);                // parsed: not under the lock
   std::optional<StoredJobTerm> new_term;
   FenceWrite fence;
   {
     std::lock_guard lock(mu_);
-    if (auto st = CheckTermLocked(req.key(), from, grants, &new_term); !st.ok()) {
+    if (auto st = CheckTermLocked(req.key(), from, grants, &new_term,
+                                  brought ? &*brought : nullptr);
+        !st.ok()) {
       // A renewal of an older term: answered with the job's term and
       // coordinator here, so the old coordinator steps down (nothing renewed).
       auto it = copies_.find(req.key().job_id());

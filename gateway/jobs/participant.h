@@ -316,14 +316,21 @@ class Participant {
   // older term, PERMISSION_DENIED for a term or caller it does not grant).
   // `grants` (verified) let a call move the record to a higher term: the
   // job's holds then belong to `from`, and `*persist` is what to store
-  // before answering.
+  // before answering. `brought`: the record the call carries, if any (a
+  // newer one may be a step of a change of members not kept here yet).
   // How much longer than its lease a slice of the job runs unrenewed: the
   // time a takeover needs, when the job may be taken over (else 0).
   int64_t FenceExtraLocked(const std::string& job_id, int64_t lease_ms) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  struct BroughtRecord {
+    uint64_t version = 0;
+    std::vector<std::string> members;
+  };
+  static std::optional<BroughtRecord> Brought(const v1::SliceStatusRequest& req);
   absl::Status CheckTermLocked(const v1::ReservationKey& key, const std::string& from,
                                const std::vector<federation::Grant>& grants = {},
-                               std::optional<StoredJobTerm>* persist = nullptr)
+                               std::optional<StoredJobTerm>* persist = nullptr,
+                               const BroughtRecord* brought = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The grants that verify (signature, certificate, granter), without locks;
   // those that do not are counted as "bad_grant".

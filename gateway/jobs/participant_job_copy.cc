@@ -46,9 +46,16 @@ uint64_t Participant::CopyVersionLocked(const std::string& job_id) const {
   return it == copies_.end() ? 0 : it->second.version;
 }
 
+std::optional<Participant::BroughtRecord> Participant::Brought(const v1::SliceStatusRequest& req) {
+  v1::Job j;
+  if (!req.has_copy() || !j.ParseFromString(req.copy().job())) return std::nullopt;
+  return BroughtRecord{req.copy().version(), MembersOf(j.run(), j.coordinator())};
+}
+
 absl::Status Participant::CheckTermLocked(const v1::ReservationKey& key, const std::string& from,
                                          const std::vector<federation::Grant>& grants,
-                                         std::optional<StoredJobTerm>* persist) {
+                                         std::optional<StoredJobTerm>* persist,
+                                         const BroughtRecord* brought) {
   auto it = copies_.find(key.job_id());
   if (it == copies_.end()) return absl::OkStatus();  // nothing kept: ownership alone decides
   // Gateways from before terms send none: theirs is the first.
@@ -56,8 +63,12 @@ absl::Status Participant::CheckTermLocked(const v1::ReservationKey& key, const s
   federation::TermState& t = it->second.term;
   const uint64_t was_term = t.term;
   const std::string was_coordinator = t.coordinator;
+  // The members of a newer record the call brings: a step of a change of
+  // members this site has not heard of yet (federation::AcceptCoordinatorCall).
+  std::vector<std::string> newer;
+  if (brought != nullptr && brought->version > it->second.version) newer = brought->members;
   const auto c = federation::AcceptCoordinatorCall(&t, it->second.members, key.job_id(), term,
-                                                   from, grants, clock_->NowMs());
+                                                   from, grants, clock_->NowMs(), newer);
   if (!c.ok) {
     ++term_refused_[c.hostile ? "hostile" : "stale"];
     spdlog::warn("job {}: refused a call of {}: {}", key.job_id(), from, c.reason);

@@ -292,6 +292,50 @@ TEST_F(TakeoverTest, ANewCoordinatorIsServedWithAMajorityOfValidGrantsAndTheOldT
   p_->Stop();
 }
 
+// gz joined the job's members (a replacement's first step) in a copy this
+// site never got; gz then won term 2 with the grants of three of the four.
+// The renewal that brings the newer copy is served (the step is one change
+// from the members kept here); without it, gz is no member here; with a
+// copy two changes away, the site cannot check it and refuses it, but does
+// not count gz hostile.
+TEST_F(TakeoverTest, ASuccessorFromAStepOfMembersNotKeptHereIsServedWithTheRecordItBrings) {
+  auto renew_by_gz = [&](const std::vector<std::string>& members, bool bring) {
+    v1::SliceStatusRequest q;
+    q.set_site("gz");
+    *q.mutable_key() = Key(2);
+    q.set_lease_ms(kLeaseMs);
+    for (const char* g : {"gz", "sh", "bj"}) *q.add_grants() = GrantBy(g, g, "gz", 2);
+    if (bring) {
+      v1::Job j = RecordOfBj();
+      j.set_coordinator("gz");
+      j.set_term(2);
+      for (const auto& m : members) j.mutable_run()->add_members(m);
+      q.mutable_copy()->set_job(j.SerializeAsString());
+      q.mutable_copy()->set_version(5);
+    }
+    return p_->Status("gz", q);
+  };
+  auto alone = renew_by_gz({}, false);
+  EXPECT_EQ(alone.status().code(), absl::StatusCode::kPermissionDenied) << alone.status();
+  EXPECT_EQ(p_->TermRefusals()["hostile"], 1u);
+  // Answered as a call of another term: the member's own term and
+  // coordinator, nothing renewed (gz counts the answer as silence).
+  auto two_steps = renew_by_gz({"gz", "sh", "site-a"}, true);  // bj gone too
+  ASSERT_TRUE(two_steps.ok()) << two_steps.status();
+  EXPECT_EQ(two_steps->moved_term(), 1u);
+  EXPECT_EQ(two_steps->moved_to(), "bj");
+  EXPECT_EQ(two_steps->state(), v1::SliceStatusResponse::STATE_UNSPECIFIED);
+  EXPECT_NE(two_steps->message().find("more than one change"), std::string::npos)
+      << two_steps->message();
+  EXPECT_EQ(p_->TermRefusals()["hostile"], 1u) << "a member behind is no proof of hostility";
+  auto one_step = renew_by_gz({"bj", "gz", "sh", "site-a"}, true);
+  ASSERT_TRUE(one_step.ok()) << one_step.status();
+  EXPECT_EQ(one_step->state(), v1::SliceStatusResponse::RUNNING);
+  EXPECT_EQ(one_step->copy_version(), 5u) << "the newer record is kept";
+  EXPECT_TRUE(Renew("gz", 2).ok()) << "gz coordinates term 2 here from now on";
+  EXPECT_EQ(Renew("bj", 1)->moved_to(), "gz");
+}
+
 }  // namespace
 }  // namespace fedgate::gateway
 
