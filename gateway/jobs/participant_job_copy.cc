@@ -147,9 +147,15 @@ uint64_t Participant::KeepJobCopy(const std::string& from, const v1::Reservation
     held = hold != nullptr;
     if (auto it = copies_.find(key.job_id()); it != copies_.end()) kept_term = it->second.term.term;
   }
-  // Kept beside a hold, or by a witness the record names; with neither,
-  // there is nothing to keep it for.
-  if (!held) {
+  // Kept beside a hold, by a witness the record names, or by a member that
+  // keeps the record already (its slice ended, the job has not: a step of
+  // a change of members needs its copy); with none, there is nothing to
+  // keep it for.
+  if (!held && kept_term.has_value()) {
+    auto mine = JobFromCopy(key.job_id());
+    if (!mine.ok() || !mine->has_value()) return have;
+    tenant = (*mine)->tenant();
+  } else if (!held) {
     auto w = WitnessCopy(copy, key.job_id(), from);
     if (!w.has_value()) return have;
     if (w->state() != v1::Job::RUNNING) return have;  // not this record's end: nothing to keep

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <set>
 #include <thread>
 
 #include "fedgate/v1/jobs.pb.h"
@@ -166,6 +167,67 @@ TEST_F(CoordinatorTakeover, AFrozenCoordinatorLearnsAtItsReturnThatTheJobMovedAn
   const v1::Job after = Get("site-a", id);
   EXPECT_EQ(after.attempt(), 1u) << "the old coordinator never ran it again";
   EXPECT_EQ(after.coordinator(), to);
+}
+
+// The coordinator also ran a slice (recovery: replace): lost for good, its
+// job is taken over by its first successor, which then replaces the lost slice on the
+// spare site-d and changes the members one at a time (site-d joins, then
+// site-a leaves); the new world runs to its end in the same attempt (world
+// 0's ranks run long enough to be halted, world 1's for 3 s).
+TEST_F(CoordinatorTakeover, ACoordinatorsOwnSliceIsReplacedByItsSuccessorAndTheMembersChangeStepByStep) {
+  for (const char* s : {"site-a", "site-b", "site-c", "site-d"}) {
+    std::vector<std::string> peers;
+    for (const char* p : {"site-a", "site-b", "site-c", "site-d"}) {
+      if (std::string(p) != s) peers.push_back(p);
+    }
+    AddSite(s, peers, 2, "A100-80GB", kJobsYaml);
+  }
+  // site-d comes up once the job runs on the other three.
+  for (const char* s : {"site-a", "site-b", "site-c"}) fed_.Start(s);
+  ASSERT_TRUE(Eventually([&] { return fed_.Converged({"site-a", "site-b", "site-c"}); }, 20000));
+  const std::string id = Submit(
+      "site-a",
+      "name: spread\ngpus: 6\nmax_sites: 3\nmin_gpus_per_site: 2\nrecovery: replace\n"
+      "command: [sh, -c, 'if [ \"$FEDGATE_RESTART\" = 0 ]; then sleep 30; else sleep 3; fi']\n");
+  ASSERT_TRUE(WaitState("site-a", id, v1::Job::RUNNING, 20000)) << Get("site-a", id).reason();
+  const v1::Job before = Get("site-a", id);
+  ASSERT_EQ(before.run().sites_size(), 3);
+  std::string first;  // the first successor: the first site in rank order but site-a
+  for (const auto& r : before.run().sites()) {
+    if (first.empty() && r.site() != "site-a") first = r.site();
+  }
+  fed_.Start("site-d");
+  ASSERT_TRUE(Eventually(
+      [&] { return fed_.Converged({"site-a", "site-b", "site-c", "site-d"}); }, 20000));
+  for (const char* s : {"site-b", "site-c"}) {
+    ASSERT_TRUE(Eventually([&] { return Get(s, id).coordinator() == "site-a"; }, 10000)) << s;
+  }
+  fed_.Kill("site-a", SIGKILL);  // never restarted
+  for (pid_t p : JobRankPids(id, "site-a")) ::kill(p, SIGKILL);
+  std::string to;
+  ASSERT_TRUE(Eventually([&] { return !(to = NewCoordinator(id)).empty(); }, 20000))
+      << fed_.log("site-b") << fed_.log("site-c");
+  EXPECT_EQ(to, first) << "the first site in rank order but the coordinator";
+  ASSERT_TRUE(WaitState(to, id, v1::Job::SUCCEEDED, 90000)) << Get(to, id).reason() << fed_.log(to);
+  const v1::Job done = Get(to, id);
+  EXPECT_EQ(done.attempt(), 1u) << "replaced in place, not retried";
+  EXPECT_EQ(done.run().restart(), 1u);
+  std::set<std::string> sites;
+  for (const auto& r : done.run().sites()) sites.insert(r.site());
+  EXPECT_EQ(sites, (std::set<std::string>{"site-b", "site-c", "site-d"}));
+  EXPECT_EQ(CountEvents(to, id, "coordinator_moved"), 1);
+  EXPECT_EQ(std::set<std::string>(done.run().members().begin(), done.run().members().end()),
+            (std::set<std::string>{"site-b", "site-c", "site-d"}))
+      << "site-a left the members once site-d had joined";
+  EXPECT_FALSE(done.run().has_member_change()) << done.run().member_change().DebugString();
+  const std::string story = Alice(to, {"jobs", "events", id}).out;
+  const auto joined = story.find("site-d joined the job's members");
+  const auto left = story.find("site-a left the job's members");
+  ASSERT_NE(joined, std::string::npos) << story;
+  ASSERT_NE(left, std::string::npos) << story;
+  EXPECT_LT(joined, left) << story;
+  // site-d keeps the record and names the new coordinator.
+  EXPECT_TRUE(Eventually([&] { return Get("site-d", id).coordinator() == to; }, 5000));
 }
 
 // A job on one site has two members; the coordinator names a witness (a

@@ -489,15 +489,30 @@ TEST_F(TakeoverTest, ASucceededSliceKeepsTheRecordUntilItsCoordinatorTellsTheEnd
   p_->Sweep();
   EXPECT_EQ(p_->TakeoversDue().size(), 1u) << "bj silent since: site-a may end the job";
 
+  // A newer record while the job runs on elsewhere (a step of a change of
+  // members) is kept, no hold here: the step counts this member's copy.
+  v1::Job joined = RecordOfBj(15'000, 5'000);
+  for (const char* m : {"bj", "gz", "sh", "site-a"}) joined.mutable_run()->add_members(m);
+  v1::SliceStatusRequest step;
+  *step.mutable_key() = Key(1);
+  step.mutable_copy()->set_job(joined.SerializeAsString());
+  step.mutable_copy()->set_version(3);
+  auto acked = p_->Status("bj", step);
+  ASSERT_TRUE(acked.ok()) << acked.status();
+  EXPECT_EQ(acked->copy_version(), 3u) << "the newer record is kept without a hold";
+  auto stepped = p_->JobFromCopy(kJob);
+  ASSERT_TRUE(stepped.ok() && stepped->has_value());
+  EXPECT_EQ((*stepped)->run().members_size(), 4);
+
   v1::Job ended = RecordOfBj(15'000, 5'000);
   ended.set_state(v1::Job::SUCCEEDED);
   v1::SliceStatusRequest q;
   *q.mutable_key() = Key(1);
   q.mutable_copy()->set_job(ended.SerializeAsString());
-  q.mutable_copy()->set_version(3);
+  q.mutable_copy()->set_version(4);
   auto told = p_->Status("bj", q);
   ASSERT_TRUE(told.ok()) << told.status();
-  EXPECT_EQ(told->copy_version(), 3u);
+  EXPECT_EQ(told->copy_version(), 4u);
   p_->Sweep();
   kept = p_->JobFromCopy(kJob);
   ASSERT_TRUE(kept.ok());
