@@ -301,9 +301,7 @@ struct RestServer::Impl {
     auto got = jobs->Get(caller, get);  // the caller's own jobs only
     if (!got.ok()) return false;
     const std::string& coordinator = got->job().coordinator();
-    if (coordinator.empty() || coordinator == config.site || core->DownPeers().contains(coordinator)) {
-      return false;
-    }
+    if (!core->FollowsTo(coordinator)) return false;
     const std::string at = core->SiteHttpEndpoint(coordinator);
     if (at.empty()) return false;
     res->result(http::status::temporary_redirect);

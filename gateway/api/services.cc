@@ -366,8 +366,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::Get(grpc::CallbackServerContext* ctx,
     // A job coordinated elsewhere (a copy kept here, or moved away): where
     // its coordinator is, so that fedctl asks it (when it is not down).
     const std::string& coordinator = resp->job().coordinator();
-    if (!coordinator.empty() && coordinator != core_->config().site &&
-        !core_->DownPeers().contains(coordinator)) {
+    if (core_->FollowsTo(coordinator)) {
       if (const std::string at = core_->SiteEndpoint(coordinator); !at.empty()) {
         ctx->AddTrailingMetadata("fedgate-coordinator", coordinator);
         ctx->AddTrailingMetadata("fedgate-coordinator-endpoint", at);

@@ -124,6 +124,10 @@ absl::StatusOr<v1::HandshakeResponse> GatewayCore::Handshake(const Identity& cal
   return resp;
 }
 
+bool GatewayCore::FollowsTo(const std::string& coordinator) {
+  return !coordinator.empty() && coordinator != config().site && !DownPeers().contains(coordinator);
+}
+
 std::set<std::string> GatewayCore::DownPeers() {
   std::lock_guard lock(mu_);
   std::set<std::string> out;

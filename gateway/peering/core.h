@@ -116,6 +116,9 @@ class GatewayCore {
   void SetHttpEndpoint(std::string endpoint);
   // Approved peers that are down now (silent past a few advertise intervals).
   std::set<std::string> DownPeers();
+  // Whether a call about a job that `coordinator` coordinates goes on
+  // there (fedctl's follow, the REST redirect): another site, not down.
+  bool FollowsTo(const std::string& coordinator);
   // Ads `peer` has not been sent (as their origins signed them, where they did).
   std::vector<federation::StoredAd> Pending(const std::string& peer,
                                             const std::map<std::string, federation::AdVersion>& sent);
