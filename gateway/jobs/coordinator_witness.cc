@@ -29,6 +29,19 @@ void Coordinator::AskWitnesses(RenewWork* w, const std::set<std::string>& down, 
   for (const auto& s : w->run.witnesses()) {
     if (s != self) w->witnesses.push_back(s);
   }
+  // A member with no slice and no witness (the lost site while a change of
+  // members removes it) is renewed like a witness: alive, it keeps the
+  // record and counts towards the majority the change's steps need.
+  if (w->run.members_size() > 0) {
+    for (const auto& m : MembersOf(w->run, self)) {
+      const bool site = std::any_of(w->run.sites().begin(), w->run.sites().end(),
+                                    [&](const v1::SiteRun& r) { return r.site() == m; });
+      if (m != self && !site &&
+          std::find(w->witnesses.begin(), w->witnesses.end(), m) == w->witnesses.end()) {
+        w->witnesses.push_back(m);
+      }
+    }
+  }
   w->witness_answers.assign(w->witnesses.size(),
                             absl::UnavailableError("not asked: the witness is down"));
   if (w->witnesses.empty()) return;

@@ -42,6 +42,20 @@ absl::StatusOr<v1::VoteResponse> Participant::Vote(const std::string& from,
                                                   kept.term.term));
     }
     lease = std::max(lease, kept.lease_ms);
+    // This gateway coordinates the job at the kept term: it hears itself,
+    // whenever its own slice was last renewed (a job re-placed elsewhere
+    // renews no slice here). Another member may still vote it out.
+    if (kept.term.coordinator == config_.site && from != config_.site) {
+      const std::string why = StrCat("site ", config_.site, " coordinates job ", req.job_id(),
+                                     " at term ", kept.term.term, " and hears itself");
+      spdlog::info("job {}: no {} for {} at term {}: {}", req.job_id(),
+                   req.pre_vote() ? "pre-vote" : "vote", from, req.term(), why);
+      v1::VoteResponse no;
+      no.set_term(kept.term.term);
+      no.set_coordinator(kept.term.coordinator);
+      no.set_reason(why);
+      return no;
+    }
     const federation::RecordPosition own{kept.record_term, kept.version};
     // A silence check is a pre-vote about the coordinator only.
     const bool silence_only = req.silence_only() && req.pre_vote();

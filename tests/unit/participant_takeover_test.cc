@@ -292,6 +292,64 @@ TEST_F(TakeoverTest, ANewCoordinatorIsServedWithAMajorityOfValidGrantsAndTheOldT
   p_->Stop();
 }
 
+// A job this gateway coordinates, its slice here long ended (the job was
+// re-placed elsewhere): its participant hears its own gateway and grants no
+// member a vote against it, however long ago its slice was renewed.
+TEST_F(TakeoverTest, TheCoordinatorsOwnSiteNeverVotesItOut) {
+  constexpr const char* kMine = "j-00000000000000c8";
+  v1::ReservationKey key;
+  key.set_job_id(kMine);
+  key.set_attempt(1);
+  key.set_epoch(7);
+  key.set_term(1);
+  v1::PrepareRequest r;
+  *r.mutable_key() = key;
+  r.set_tenant("vision");
+  r.add_nodes()->set_node("n1");
+  r.mutable_nodes(0)->set_gpus(1);
+  r.set_hold_ttl_ms(30'000);
+  ASSERT_TRUE(p_->Prepare("site-a", r).ok());
+  v1::CommitRequest c;
+  *c.mutable_key() = key;
+  auto* rank = c.add_ranks();
+  rank->set_node("n1");
+  rank->set_local_world_size(1);
+  c.set_world_size(1);
+  c.set_master_addr("10.0.0.1");
+  c.set_master_port(29502);
+  c.add_command("train");
+  c.set_lease_ms(kLeaseMs);
+  v1::Job j = RecordOfBj(15'000, 5'000);
+  j.set_id(kMine);
+  j.set_coordinator("site-a");
+  j.mutable_run()->clear_sites();
+  j.mutable_run()->add_sites()->set_site("site-a");
+  j.mutable_run()->add_witnesses("sh");
+  j.mutable_run()->add_witnesses("gz");
+  c.mutable_copy()->set_job(j.SerializeAsString());
+  c.mutable_copy()->set_version(1);
+  ASSERT_TRUE(p_->Commit("site-a", c).ok());
+  clock_.Advance(60'000);  // no renewal here for a minute
+  p_->Sweep();
+  for (bool pre : {true, false}) {
+    v1::VoteRequest v;
+    v.set_site("sh");
+    v.set_job_id(kMine);
+    v.set_term(2);
+    v.set_pre_vote(pre);
+    v.set_record_term(1);
+    v.set_record_version(99);
+    auto answer = p_->Vote("sh", v);
+    ASSERT_TRUE(answer.ok()) << answer.status();
+    EXPECT_FALSE(answer->granted()) << (pre ? "pre-vote" : "vote");
+    EXPECT_NE(answer->reason().find("hears itself"), std::string::npos) << answer->reason();
+    EXPECT_EQ(answer->coordinator(), "site-a");
+  }
+  // The same silence of bj, a coordinator elsewhere, is voted out.
+  auto other = Ask("sh", 2, /*pre_vote=*/true);
+  ASSERT_TRUE(other.ok()) << other.status();
+}
+
 // gz joined the job's members (a replacement's first step) in a copy this
 // site never got; gz then won term 2 with the grants of three of the four.
 // The renewal that brings the newer copy is served (the step is one change
