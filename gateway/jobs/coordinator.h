@@ -288,6 +288,15 @@ class Coordinator {
   };
   std::mutex witness_mu_;
   std::map<std::string, Witnessed> witnessed_ ABSL_GUARDED_BY(witness_mu_);
+  // The members of a job's earlier world (an attempt re-placed) not told
+  // yet: each is sent the current record, so that one that kept the old
+  // one (a witness, a fenced slice) cannot lead the job back to it.
+  std::map<std::string, Witnessed> superseded_ ABSL_GUARDED_BY(witness_mu_);
+  // A new world of `job_id` (epoch `epoch`): its entry's members not told
+  // yet move to superseded_, and the entry starts afresh.
+  void SupersedeLocked(const std::string& job_id, uint64_t epoch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(witness_mu_);
+  void TellEarlierWorlds();
   std::atomic<uint64_t> takeovers_{0}, stepped_down_{0};
   std::atomic<uint64_t> renew_passes_{0};
   std::atomic<int64_t> worst_gap_ms_{0};

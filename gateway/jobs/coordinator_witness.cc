@@ -70,6 +70,7 @@ void Coordinator::CallWitnesses(RenewWork* w, const std::set<std::string>& down,
   const std::string& self = core_->config().site;
   {
     std::lock_guard lock(witness_mu_);
+    SupersedeLocked(w->job.id, w->run.epoch());
     Witnessed& seen = witnessed_[w->job.id];
     seen.key = Key(w->job, w->run.epoch());
     seen.left = {w->witnesses.begin(), w->witnesses.end()};
@@ -98,6 +99,7 @@ void Coordinator::NoteSitesToTell(const RenewWork& w) {
   // over over; where nobody may take the job over, nothing is kept for long.
   if (SuccessorsOf(w.run, self).empty()) return;
   std::lock_guard lock(witness_mu_);
+  SupersedeLocked(w.job.id, w.run.epoch());
   Witnessed& seen = witnessed_[w.job.id];
   seen.key = Key(w.job, w.run.epoch());
   seen.passes = 0;
@@ -106,7 +108,69 @@ void Coordinator::NoteSitesToTell(const RenewWork& w) {
   }
 }
 
+void Coordinator::SupersedeLocked(const std::string& job_id, uint64_t epoch) {
+  auto it = witnessed_.find(job_id);
+  if (it == witnessed_.end() || it->second.key.epoch() == epoch) return;
+  if (!it->second.left.empty()) {
+    Witnessed& old = superseded_[job_id];
+    old.key = it->second.key;
+    old.left.insert(it->second.left.begin(), it->second.left.end());
+    old.passes = 0;
+  }
+  witnessed_.erase(it);
+}
+
+void Coordinator::TellEarlierWorlds() {
+  std::vector<std::pair<std::string, Witnessed>> to_tell;
+  {
+    std::lock_guard lock(witness_mu_);
+    for (auto it = superseded_.begin(); it != superseded_.end();) {
+      if (it->second.left.empty() || ++it->second.passes > kEndNoticePasses) {
+        it = superseded_.erase(it);
+        continue;
+      }
+      to_tell.emplace_back(it->first, it->second);
+      ++it;
+    }
+  }
+  const std::string& self = core_->config().site;
+  for (auto& [id, seen] : to_tell) {
+    auto job = store_->Get(id);
+    if (!job.ok()) continue;  // the store is busy: the next pass tries again
+    if (!job->has_value() || !(*job)->moved_to.empty()) {
+      std::lock_guard lock(witness_mu_);
+      superseded_.erase(id);
+      continue;
+    }
+    v1::RunPlan run;
+    run.ParseFromString((*job)->run);
+    const auto members = MembersOf(run, self);
+    for (const auto& site : seen.left) {
+      // A member of the current world hears it with the renewals.
+      if ((*job)->state == federation::JobState::kRunning &&
+          std::find(members.begin(), members.end(), site) != members.end()) {
+        std::lock_guard lock(witness_mu_);
+        if (auto it = superseded_.find(id); it != superseded_.end()) it->second.left.erase(site);
+        continue;
+      }
+      v1::SliceStatusRequest req;
+      *req.mutable_key() = seen.key;
+      *req.mutable_copy() = CopyOf(**job, self, run);
+      participants_->SliceStatus(
+          site, std::move(req), rpc_timeout_ms(),
+          [this, id = id, site, epoch = seen.key.epoch()](absl::StatusOr<v1::SliceStatusResponse> r) {
+            if (!r.ok()) return;
+            std::lock_guard lock(witness_mu_);
+            if (auto it = superseded_.find(id); it != superseded_.end() && it->second.key.epoch() == epoch) {
+              it->second.left.erase(site);
+            }
+          });
+    }
+  }
+}
+
 void Coordinator::TellMembersTheEnd(const std::set<std::string>& running) {
+  TellEarlierWorlds();
   std::vector<std::pair<std::string, Witnessed>> to_tell;
   {
     std::lock_guard lock(witness_mu_);

@@ -350,6 +350,49 @@ TEST_F(TakeoverTest, TheCoordinatorsOwnSiteNeverVotesItOut) {
   ASSERT_TRUE(other.ok()) << other.status();
 }
 
+// A witness of attempt 1 that never heard it ended: the coordinator, which
+// placed attempt 2 elsewhere, sends it attempt 2's record; it keeps it only
+// until the sweep (no slice, no witness there) and never takes over.
+TEST_F(TakeoverTest, AWitnessOfAnEarlierWorldForgetsItWhenToldTheCurrentRecord) {
+  constexpr const char* kW = "j-00000000000000d9";
+  auto renew = [&](const v1::Job& j, uint64_t version) {
+    v1::SliceStatusRequest q;
+    q.mutable_key()->set_job_id(kW);
+    q.mutable_key()->set_attempt(1);
+    q.mutable_key()->set_epoch(7);
+    q.mutable_key()->set_term(1);
+    q.set_lease_ms(kLeaseMs);
+    q.mutable_copy()->set_job(j.SerializeAsString());
+    q.mutable_copy()->set_version(version);
+    return p_->Status("bj", q);
+  };
+  v1::Job first = RecordOfBj(15'000, 5'000);
+  first.set_id(kW);
+  first.set_state(v1::Job::RUNNING);
+  first.set_attempt(1);
+  first.mutable_run()->clear_sites();
+  first.mutable_run()->add_sites()->set_site("sh");
+  first.mutable_run()->add_witnesses("site-a");
+  first.mutable_run()->add_witnesses("gz");
+  auto kept = renew(first, 1);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  ASSERT_EQ(kept->copy_version(), 1u);
+  v1::Job second = first;
+  second.set_attempt(2);
+  second.mutable_run()->clear_witnesses();
+  second.mutable_run()->clear_sites();
+  for (const char* s : {"gz", "hz"}) second.mutable_run()->add_sites()->set_site(s);
+  auto told = renew(second, 2);
+  ASSERT_TRUE(told.ok()) << told.status();
+  EXPECT_EQ(told->copy_version(), 2u);
+  clock_.Advance(60'000);  // bj silent long past any takeover delay
+  p_->Sweep();
+  auto after = p_->JobFromCopy(kW);
+  ASSERT_TRUE(after.ok());
+  EXPECT_FALSE(after->has_value()) << "no member of the current world: the record goes";
+  for (const auto& due : p_->TakeoversDue()) EXPECT_NE(due.job_id, kW);
+}
+
 // gz joined the job's members (a replacement's first step) in a copy this
 // site never got; gz then won term 2 with the grants of three of the four.
 // The renewal that brings the newer copy is served (the step is one change
