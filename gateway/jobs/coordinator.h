@@ -297,6 +297,15 @@ class Coordinator {
   void SupersedeLocked(const std::string& job_id, uint64_t epoch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(witness_mu_);
   void TellEarlierWorlds();
+  // The notices of `notices` due this pass (none for a job in `running`);
+  // those told, or past kEndNoticePasses, are dropped.
+  std::vector<std::pair<std::string, Witnessed>> NoticesDueLocked(
+      std::map<std::string, Witnessed>* notices, const std::set<std::string>& running)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(witness_mu_);
+  // Sends `site` the record `copy` under `key`; its answer strikes it off.
+  void SendNotice(std::map<std::string, Witnessed>* notices, const std::string& id,
+                  const std::string& site, const v1::ReservationKey& key,
+                  const v1::JobCopy& copy);
   std::atomic<uint64_t> takeovers_{0}, stepped_down_{0};
   std::atomic<uint64_t> renew_passes_{0};
   std::atomic<int64_t> worst_gap_ms_{0};

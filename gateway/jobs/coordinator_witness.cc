@@ -120,18 +120,48 @@ void Coordinator::SupersedeLocked(const std::string& job_id, uint64_t epoch) {
   witnessed_.erase(it);
 }
 
+std::vector<std::pair<std::string, Coordinator::Witnessed>> Coordinator::NoticesDueLocked(
+    std::map<std::string, Witnessed>* notices, const std::set<std::string>& running) {
+  std::vector<std::pair<std::string, Witnessed>> due;
+  for (auto it = notices->begin(); it != notices->end();) {
+    if (running.contains(it->first)) {
+      ++it;
+      continue;
+    }
+    if (it->second.left.empty() || ++it->second.passes > kEndNoticePasses) {
+      it = notices->erase(it);
+      continue;
+    }
+    due.emplace_back(it->first, it->second);
+    ++it;
+  }
+  return due;
+}
+
+void Coordinator::SendNotice(std::map<std::string, Witnessed>* notices, const std::string& id,
+                             const std::string& site, const v1::ReservationKey& key,
+                             const v1::JobCopy& copy) {
+  v1::SliceStatusRequest req;
+  *req.mutable_key() = key;
+  *req.mutable_copy() = copy;
+  participants_->SliceStatus(
+      site, std::move(req), rpc_timeout_ms(),
+      [this, notices, id, site, epoch = key.epoch()](absl::StatusOr<v1::SliceStatusResponse> r) {
+        if (!r.ok()) return;
+        std::lock_guard lock(witness_mu_);
+        // A late answer about an earlier run (the job back in the queue,
+        // then placed again) leaves the new run's member to be told.
+        if (auto it = notices->find(id); it != notices->end() && it->second.key.epoch() == epoch) {
+          it->second.left.erase(site);
+        }
+      });
+}
+
 void Coordinator::TellEarlierWorlds() {
   std::vector<std::pair<std::string, Witnessed>> to_tell;
   {
     std::lock_guard lock(witness_mu_);
-    for (auto it = superseded_.begin(); it != superseded_.end();) {
-      if (it->second.left.empty() || ++it->second.passes > kEndNoticePasses) {
-        it = superseded_.erase(it);
-        continue;
-      }
-      to_tell.emplace_back(it->first, it->second);
-      ++it;
-    }
+    to_tell = NoticesDueLocked(&superseded_, {});
   }
   const std::string& self = core_->config().site;
   for (auto& [id, seen] : to_tell) {
@@ -153,18 +183,7 @@ void Coordinator::TellEarlierWorlds() {
         if (auto it = superseded_.find(id); it != superseded_.end()) it->second.left.erase(site);
         continue;
       }
-      v1::SliceStatusRequest req;
-      *req.mutable_key() = seen.key;
-      *req.mutable_copy() = CopyOf(**job, self, run);
-      participants_->SliceStatus(
-          site, std::move(req), rpc_timeout_ms(),
-          [this, id = id, site, epoch = seen.key.epoch()](absl::StatusOr<v1::SliceStatusResponse> r) {
-            if (!r.ok()) return;
-            std::lock_guard lock(witness_mu_);
-            if (auto it = superseded_.find(id); it != superseded_.end() && it->second.key.epoch() == epoch) {
-              it->second.left.erase(site);
-            }
-          });
+      SendNotice(&superseded_, id, site, seen.key, CopyOf(**job, self, run));
     }
   }
 }
@@ -174,18 +193,7 @@ void Coordinator::TellMembersTheEnd(const std::set<std::string>& running) {
   std::vector<std::pair<std::string, Witnessed>> to_tell;
   {
     std::lock_guard lock(witness_mu_);
-    for (auto it = witnessed_.begin(); it != witnessed_.end();) {
-      if (running.contains(it->first)) {
-        ++it;
-        continue;
-      }
-      if (it->second.left.empty() || ++it->second.passes > kEndNoticePasses) {
-        it = witnessed_.erase(it);
-        continue;
-      }
-      to_tell.emplace_back(it->first, it->second);
-      ++it;
-    }
+    to_tell = NoticesDueLocked(&witnessed_, running);
   }
   const std::string& self = core_->config().site;
   for (auto& [id, seen] : to_tell) {
@@ -202,20 +210,7 @@ void Coordinator::TellMembersTheEnd(const std::set<std::string>& running) {
     v1::RunPlan run;
     run.ParseFromString((*job)->run);
     for (const auto& site : seen.left) {
-      v1::SliceStatusRequest req;
-      *req.mutable_key() = seen.key;
-      *req.mutable_copy() = CopyOf(**job, self, run);
-      participants_->SliceStatus(
-          site, std::move(req), rpc_timeout_ms(),
-          [this, id = id, site, epoch = seen.key.epoch()](absl::StatusOr<v1::SliceStatusResponse> r) {
-            if (!r.ok()) return;
-            std::lock_guard lock(witness_mu_);
-            // A late answer about an earlier run (the job back in the queue,
-            // then placed again) leaves the new run's member to be told.
-            if (auto it = witnessed_.find(id); it != witnessed_.end() && it->second.key.epoch() == epoch) {
-              it->second.left.erase(site);
-            }
-          });
+      SendNotice(&witnessed_, id, site, seen.key, CopyOf(**job, self, run));
     }
   }
 }
