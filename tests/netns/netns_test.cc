@@ -251,11 +251,18 @@ TEST_F(NetnsFederation, AReplacedSliceGetsTheNewestCheckpointOverTheShapedLinks)
   ASSERT_TRUE(Eventually([&] { return std::filesystem::exists(ckpt(other)); }, 60000, 100))
       << ReadText(dir_ / (writer + "/fedgate.log"));
   EXPECT_EQ(std::filesystem::file_size(ckpt(other)), static_cast<uintmax_t>(kBytes));
-  // The copy's duration, as the sending gateway logged it.
-  const std::string log = ReadText(dir_ / (writer + "/fedgate.log"));
+  // The copy's duration, as the sending gateway logged it (once the
+  // receiver's answer is back: the file is in place a moment before).
   const std::string key = "checkpoint step-1 copied to " + other + " in ";
+  std::string log;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        log = ReadText(dir_ / (writer + "/fedgate.log"));
+        return log.find(key) != std::string::npos;
+      },
+      10000, 100))
+      << log;
   const auto line = log.find(key);
-  ASSERT_NE(line, std::string::npos) << log;
   const double secs = std::atof(log.c_str() + line + key.size());
   const double copy_gbps = kBytes * 8.0 / secs / 1e9;
   std::printf("[ measure ] checkpoint copy %s -> %s over the 200 Mbit/s link: %.1f MiB in %.2f s "
