@@ -551,6 +551,27 @@ TEST(CoordinatorElectionSim, WithoutAMajorityNobodyTakesOverUntilTheCutHeals) {
   EXPECT_TRUE(sim.violations().empty()) << Join(sim.violations());
 }
 
+// Twelve random faults (kill, restart, cut, heal) among `sites` sites, each
+// followed by 2-10 s of running; then the network heals, stops dropping,
+// and every site comes back.
+void RunFaults(Sim* sim, std::mt19937_64* faults, int sites) {
+  auto pick = [&] { return static_cast<int>((*faults)() % sites); };
+  for (int step = 0; step < 12; ++step) {
+    switch ((*faults)() % 4) {
+      case 0: sim->Kill(pick()); break;
+      case 1: sim->Restart(pick()); break;
+      case 2: sim->Cut(pick(), pick()); break;
+      case 3: sim->HealAll(); break;
+    }
+    sim->RunUntil(sim->now() + 2'000 + static_cast<int64_t>((*faults)() % 8'000));
+  }
+  sim->HealAll();
+  sim->SetDrop(0.0);
+  for (int i = 0; i < sites; ++i) {
+    if (!sim->node(i).alive) sim->Restart(i);
+  }
+}
+
 // Random faults under a lossy, reordering network; then the network heals
 // and every site comes back: the rules held throughout, and one member
 // coordinates again.
@@ -560,21 +581,7 @@ TEST(CoordinatorElectionSim, RandomFaultsNeverBreakTheRules) {
     std::mt19937_64 faults(seed * 7919);
     const int n = seed % 2 ? 5 : 3;
     Sim sim(n, seed, 0.05 + 0.05 * static_cast<double>(seed % 5), 50 + 150 * (seed % 4));
-    auto pick = [&] { return static_cast<int>(faults() % n); };
-    for (int step = 0; step < 12; ++step) {
-      switch (faults() % 4) {
-        case 0: sim.Kill(pick()); break;
-        case 1: sim.Restart(pick()); break;
-        case 2: sim.Cut(pick(), pick()); break;
-        case 3: sim.HealAll(); break;
-      }
-      sim.RunUntil(sim.now() + 2'000 + static_cast<int64_t>(faults() % 8'000));
-    }
-    sim.HealAll();
-    sim.SetDrop(0.0);
-    for (int i = 0; i < n; ++i) {
-      if (!sim.node(i).alive) sim.Restart(i);
-    }
+    RunFaults(&sim, &faults, n);
     sim.RunUntil(sim.now() + kTakeoverAfter + n * kStagger + 10'000);
     EXPECT_NE(sim.Coordinator(), "") << "seed " << seed;
     EXPECT_TRUE(sim.violations().empty()) << "seed " << seed << "\n" << Join(sim.violations());
@@ -597,21 +604,7 @@ TEST(CoordinatorElectionSim, MembersChangingOneAtATimeUnderFaultsNeverBreakTheRu
     const bool fast = seed % 3 == 0;
     Sim sim(n, seed, 0.05 + 0.05 * static_cast<double>(seed % 5), 50 + 150 * (seed % 4), spares,
             /*changes=*/fast ? 20 : 3, /*at_once=*/false, /*every_beat=*/fast);
-    auto pick = [&] { return static_cast<int>(faults() % (n + spares)); };
-    for (int step = 0; step < 12; ++step) {
-      switch (faults() % 4) {
-        case 0: sim.Kill(pick()); break;
-        case 1: sim.Restart(pick()); break;
-        case 2: sim.Cut(pick(), pick()); break;
-        case 3: sim.HealAll(); break;
-      }
-      sim.RunUntil(sim.now() + 2'000 + static_cast<int64_t>(faults() % 8'000));
-    }
-    sim.HealAll();
-    sim.SetDrop(0.0);
-    for (int i = 0; i < n + spares; ++i) {
-      if (!sim.node(i).alive) sim.Restart(i);
-    }
+    RunFaults(&sim, &faults, n + spares);
     sim.RunUntil(sim.now() + kTakeoverAfter + (n + 1) * kStagger + 20'000);
     EXPECT_NE(sim.Coordinator(), "") << "seed " << seed;
     EXPECT_TRUE(sim.violations().empty()) << "seed " << seed << "\n" << Join(sim.violations());

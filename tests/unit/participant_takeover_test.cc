@@ -64,27 +64,31 @@ class TakeoverTest : public ::testing::Test {
   }
   // Job kJob: coordinated by bj at term 1, ranks at site-a (here) and sh;
   // its members are bj, sh and site-a (a majority is two).
-  void RunJobCoordinatedByBj() {
+  void RunJobCoordinatedByBj() { CommitSlice("bj", Key(1), RecordOfBj(), 2); }
+  // One rank on n1 here, prepared and committed by `coordinator` with
+  // `record` as the job's record (version 1).
+  void CommitSlice(const std::string& coordinator, const v1::ReservationKey& key,
+                   const v1::Job& record, uint32_t world_size) {
     v1::PrepareRequest r;
-    *r.mutable_key() = Key(1);
+    *r.mutable_key() = key;
     r.set_tenant("vision");
     r.add_nodes()->set_node("n1");
     r.mutable_nodes(0)->set_gpus(1);
     r.set_hold_ttl_ms(30'000);
-    ASSERT_TRUE(p_->Prepare("bj", r).ok());
+    ASSERT_TRUE(p_->Prepare(coordinator, r).ok());
     v1::CommitRequest c;
-    *c.mutable_key() = Key(1);
+    *c.mutable_key() = key;
     auto* rank = c.add_ranks();
     rank->set_node("n1");
     rank->set_local_world_size(1);
-    c.set_world_size(2);
+    c.set_world_size(world_size);
     c.set_master_addr("10.0.0.9");
     c.set_master_port(29501);
     c.add_command("train");
     c.set_lease_ms(kLeaseMs);
-    c.mutable_copy()->set_job(RecordOfBj().SerializeAsString());
+    c.mutable_copy()->set_job(record.SerializeAsString());
     c.mutable_copy()->set_version(1);
-    auto committed = p_->Commit("bj", c);
+    auto committed = p_->Commit(coordinator, c);
     ASSERT_TRUE(committed.ok()) << committed.status();
   }
   // kJob's record as bj sends it: run on site-a and sh, takeovers allowed
@@ -302,23 +306,6 @@ TEST_F(TakeoverTest, TheCoordinatorsOwnSiteNeverVotesItOut) {
   key.set_attempt(1);
   key.set_epoch(7);
   key.set_term(1);
-  v1::PrepareRequest r;
-  *r.mutable_key() = key;
-  r.set_tenant("vision");
-  r.add_nodes()->set_node("n1");
-  r.mutable_nodes(0)->set_gpus(1);
-  r.set_hold_ttl_ms(30'000);
-  ASSERT_TRUE(p_->Prepare("site-a", r).ok());
-  v1::CommitRequest c;
-  *c.mutable_key() = key;
-  auto* rank = c.add_ranks();
-  rank->set_node("n1");
-  rank->set_local_world_size(1);
-  c.set_world_size(1);
-  c.set_master_addr("10.0.0.1");
-  c.set_master_port(29502);
-  c.add_command("train");
-  c.set_lease_ms(kLeaseMs);
   v1::Job j = RecordOfBj(15'000, 5'000);
   j.set_id(kMine);
   j.set_coordinator("site-a");
@@ -326,9 +313,7 @@ TEST_F(TakeoverTest, TheCoordinatorsOwnSiteNeverVotesItOut) {
   j.mutable_run()->add_sites()->set_site("site-a");
   j.mutable_run()->add_witnesses("sh");
   j.mutable_run()->add_witnesses("gz");
-  c.mutable_copy()->set_job(j.SerializeAsString());
-  c.mutable_copy()->set_version(1);
-  ASSERT_TRUE(p_->Commit("site-a", c).ok());
+  ASSERT_NO_FATAL_FAILURE(CommitSlice("site-a", key, j, 1));
   clock_.Advance(60'000);  // no renewal here for a minute
   p_->Sweep();
   for (bool pre : {true, false}) {
