@@ -19,6 +19,7 @@
 #include "gateway/jobs/takeover.h"
 #include "gateway/peering/core.h"
 #include "gateway/peering/core_keys.h"
+#include "gateway/exec/kube_site.h"
 #include "gateway/exec/slurm.h"
 #include "gateway/jobs/participant.h"
 #include "gateway/jobs/checkpoint_sync.h"
@@ -109,6 +110,14 @@ absl::Status Gateway::OpenStoreAndCore() {
                    config_.slurm.partition);
     }
     inventory = std::make_unique<SlurmInventory>(slurm_.get());
+  } else if (config_.inventory.source == "kubernetes") {
+    // A kubeconfig that cannot be used stops the start; a server that does
+    // not answer does not: the site offers nothing until it does.
+    auto kube = KubeCluster::Connect(config_.kubernetes);
+    if (!kube.ok()) return kube.status();
+    kube_ = std::move(*kube);
+    (void)kube_->Refresh();
+    inventory = std::make_unique<KubeInventory>(kube_.get());
   } else {
     inventory = std::make_unique<federation::StaticInventory>(config_.nodes);
   }
@@ -138,6 +147,7 @@ absl::Status Gateway::StartParticipantSide() {
     if (!shim.empty() && ::access(shim.c_str(), X_OK) != 0) shim.clear();
     participant_->SetExecutor(shim, *user);
     if (slurm_) participant_->SetBackend(MakeSlurmBackend(slurm_.get()));
+    if (kube_) participant_->SetBackend(MakeKubeBackend(kube_.get()));
     const CgroupSupport cg = shim.empty() ? CgroupSupport{} : DetectCgroups("fedgate-" + config_.site);
     participant_->SetCgroups(cg);
     if (!cg.memory && config_.executor.memory_limit > 0) {
@@ -207,7 +217,15 @@ absl::Status Gateway::StartParticipantSide() {
 
 // /metrics, /healthz and /readyz.
 absl::Status Gateway::StartOps() {
-  auto ops = OpsServer::Start(config_.listen.ops, metrics_.get(), [this] { return ready_.load(); });
+  auto ops = OpsServer::Start(config_.listen.ops, metrics_.get(), [this]() -> std::string {
+    if (!ready_.load()) return "starting or stopping";
+    if (kube_) {
+      if (auto e = kube_->last_error(); !e.empty()) {
+        return "kubernetes API server " + kube_->client()->server() + ": " + e;
+      }
+    }
+    return "";
+  });
   if (!ops.ok()) return ops.status();
   ops_ = std::move(*ops);
   return absl::OkStatus();

@@ -23,6 +23,7 @@ class BenchHost;
 class Prober;
 class GatewayCore;
 class SlurmCluster;
+class KubeCluster;
 class Metrics;
 class OpsServer;
 class GpuHealthProbe;
@@ -80,6 +81,7 @@ class Gateway {
   std::unique_ptr<PeerServiceImpl> peer_service_;
   std::unique_ptr<AdminServiceImpl> admin_service_;
   std::unique_ptr<SlurmCluster> slurm_;  // executor.kind slurm
+  std::unique_ptr<KubeCluster> kube_;    // executor.kind kubernetes
   std::unique_ptr<Participant> participant_;
   std::unique_ptr<ParticipantClient> participant_client_;  // outlives the coordinator
   std::unique_ptr<CheckpointSync> checkpoints_;

@@ -94,6 +94,7 @@ Config Walk(const YAML::Node& root, const std::string& base_dir, const YamlWalke
   ParseRetention(root, base_dir, w, c);
   ParseExecutor(root, base_dir, w, c);
   ParseSlurm(root, base_dir, w, c);
+  ParseKubernetes(root, base_dir, w, c);
   CheckWorkDir(root, base_dir, w, c);
   ParseDatasets(root, base_dir, w, c);
   return c;

@@ -36,7 +36,7 @@ struct TlsConfig {
 };
 
 struct InventoryConfig {
-  std::string source = "static";  // or "slurm"
+  std::string source = "static";  // or "slurm", "kubernetes"
 };
 
 struct AdvertiseConfig {
@@ -80,6 +80,17 @@ struct SlurmConfig {
   std::string conf;                               // slurm.conf ("" = Slurm's default)
   std::map<std::string, std::string> gpu_models;  // GRES type -> GPU model
   std::map<std::string, std::string> accounts;    // tenant -> Slurm account
+};
+
+// `kubernetes:` (with executor.kind and inventory.source kubernetes).
+struct KubernetesConfig {
+  std::string kubeconfig;  // "" = in-cluster (the service account's token and CA)
+  std::string namespace_ = "fedgate-jobs";
+  std::map<std::string, std::string> node_selector;  // the nodes lent to the federation
+  std::string gpu_model_label = "nvidia.com/gpu.product";
+  std::string image = "nvcr.io/nvidia/pytorch:24.05-py3";
+  bool host_network = false;
+  std::map<std::string, std::string> tenant_namespaces;  // tenant -> namespace
 };
 
 struct JobsConfig {
@@ -158,6 +169,7 @@ struct Config {
   BenchConfig bench;
   ExecutorConfig executor;
   SlurmConfig slurm;
+  KubernetesConfig kubernetes;
   JobsConfig jobs;
   ApiConfig api;
   HealthConfig health;

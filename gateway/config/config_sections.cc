@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -22,7 +23,7 @@ void ParseIdentity(const YAML::Node& root, [[maybe_unused]] const std::string& b
   if (!root.IsDefined() || root.IsNull()) w.Fail(root, "the config is empty");
   w.ExpectKeys(root, "",
                {"site", "federation", "listen", "tls", "data_dir", "inventory", "peers",
-                "advertise", "bench", "executor", "jobs", "api", "health", "retention", "pricing", "queue", "tenants", "preemption", "slurm", "accept_jobs_from",
+                "advertise", "bench", "executor", "jobs", "api", "health", "retention", "pricing", "queue", "tenants", "preemption", "slurm", "kubernetes", "accept_jobs_from",
                 "datasets", "datasets_cache"});
   for (const char* req : {"site", "federation", "listen", "tls", "inventory"}) {
     if (!root[req]) w.Fail(root, StrCat("missing required key \"", req, "\""));
@@ -89,12 +90,14 @@ void ParseInventory(const YAML::Node& root, [[maybe_unused]] const std::string& 
   const auto& inv = root["inventory"];
   w.ExpectKeys(inv, "inventory", {"source", "nodes"});
   if (inv["source"]) c.inventory.source = w.Str(inv["source"], "inventory.source");
-  if (c.inventory.source != "static" && c.inventory.source != "slurm") {
+  if (c.inventory.source != "static" && c.inventory.source != "slurm" &&
+      c.inventory.source != "kubernetes") {
     w.Fail(inv["source"], StrCat("\"inventory.source\": unsupported source \"",
-                                       c.inventory.source, "\" (supported: static, slurm)"));
+                                       c.inventory.source, "\" (supported: static, slurm, kubernetes)"));
   }
-  if (c.inventory.source == "slurm" && inv["nodes"]) {
-    w.Fail(inv["nodes"], "\"inventory.nodes\" is not given with source slurm: Slurm lists the nodes");
+  if (c.inventory.source != "static" && inv["nodes"]) {
+    w.Fail(inv["nodes"], StrCat("\"inventory.nodes\" is not given with source ", c.inventory.source,
+                                ": its API lists the nodes"));
   }
   if (c.inventory.source == "static" &&
       (!inv["nodes"] || !inv["nodes"].IsSequence() || inv["nodes"].size() == 0)) {
@@ -397,14 +400,71 @@ void ParseExecutor(const YAML::Node& root, [[maybe_unused]] const std::string& b
       w.Fail(e["run_as"], "\"executor.run_as\": ranks never run as root");
     }
     if (e["work_dir"]) c.executor.work_dir = Resolve(base_dir, w.Str(e["work_dir"], "executor.work_dir"));
-    if (c.executor.kind != "process" && c.executor.kind != "slurm") {
+    if (c.executor.kind != "process" && c.executor.kind != "slurm" &&
+        c.executor.kind != "kubernetes") {
       w.Fail(e["kind"], StrCat("\"executor.kind\": unsupported executor \"",
-                                     c.executor.kind, "\" (supported: process, slurm)"));
+                                     c.executor.kind, "\" (supported: process, slurm, kubernetes)"));
     }
   }
   if ((c.executor.kind == "slurm") != (c.inventory.source == "slurm")) {
     w.Fail(root["executor"] ? root["executor"] : root,
            "\"executor.kind: slurm\" and \"inventory.source: slurm\" go together");
+  }
+  if ((c.executor.kind == "kubernetes") != (c.inventory.source == "kubernetes")) {
+    w.Fail(root["executor"] ? root["executor"] : root,
+           "\"executor.kind: kubernetes\" and \"inventory.source: kubernetes\" go together");
+  }
+}
+
+void ParseKubernetes(const YAML::Node& root, const std::string& base_dir, const YamlWalker& w,
+                     Config& c) {
+  const auto& k = root["kubernetes"];
+  if (!k) {
+    if (c.inventory.source == "kubernetes") {
+      w.Fail(root, "\"kubernetes\" (kubeconfig, namespace, node_selector) is needed with source "
+                   "kubernetes");
+    }
+    return;
+  }
+  w.ExpectKeys(k, "kubernetes", {"kubeconfig", "namespace", "node_selector", "gpu_model_label",
+                                 "image", "host_network", "tenant_namespaces"});
+  auto& kc = c.kubernetes;
+  if (k["kubeconfig"]) kc.kubeconfig = Resolve(base_dir, w.Str(k["kubeconfig"], "kubernetes.kubeconfig"));
+  if (k["namespace"]) kc.namespace_ = w.Str(k["namespace"], "kubernetes.namespace");
+  if (k["gpu_model_label"]) {
+    kc.gpu_model_label = w.Str(k["gpu_model_label"], "kubernetes.gpu_model_label");
+  }
+  if (k["image"]) kc.image = w.Str(k["image"], "kubernetes.image");
+  if (k["host_network"]) {
+    kc.host_network = w.Scalar<bool>(k["host_network"], "kubernetes.host_network", "true or false");
+  }
+  // Namespaces and label values as Kubernetes accepts them (DNS-1123 labels;
+  // values up to 63 of [A-Za-z0-9._-]), so a typo fails here, not at a pod.
+  const auto dns_label = federation::IsValidName;
+  if (!dns_label(kc.namespace_)) {
+    w.Fail(k["namespace"], StrCat("\"kubernetes.namespace\": \"", kc.namespace_,
+                                  "\" is not a valid namespace (want 1-63 of [a-z0-9-])"));
+  }
+  for (const char* key : {"node_selector", "tenant_namespaces"}) {
+    if (!k[key]) continue;
+    if (!k[key].IsMap()) w.Fail(k[key], StrCat("\"kubernetes.", key, "\" must be a mapping"));
+    for (auto it = k[key].begin(); it != k[key].end(); ++it) {
+      const std::string name = it->first.as<std::string>();
+      const std::string path = StrCat("kubernetes.", key, ".", name);
+      const std::string value = w.Str(it->second, path);
+      if (std::string_view(key) == "tenant_namespaces") {
+        if (!dns_label(value)) {
+          w.Fail(it->second, StrCat("\"", path, "\": \"", value, "\" is not a valid namespace"));
+        }
+        kc.tenant_namespaces[name] = value;
+      } else {
+        const bool ok = value.size() <= 63 && std::all_of(value.begin(), value.end(), [](char ch) {
+          return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.';
+        });
+        if (!ok) w.Fail(it->second, StrCat("\"", path, "\": \"", value, "\" is not a label value"));
+        kc.node_selector[name] = value;
+      }
+    }
   }
 }
 

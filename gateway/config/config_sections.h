@@ -67,6 +67,9 @@ void ParseExecutor(const YAML::Node& root, [[maybe_unused]] const std::string& b
 // slurm:
 void ParseSlurm(const YAML::Node& root, [[maybe_unused]] const std::string& base_dir,
     const YamlWalker& w, Config& c);
+// kubernetes:
+void ParseKubernetes(const YAML::Node& root, const std::string& base_dir, const YamlWalker& w,
+                     Config& c);
 // datasets: and datasets_cache: (config_datasets.cc)
 void ParseDatasets(const YAML::Node& root, [[maybe_unused]] const std::string& base_dir,
     const YamlWalker& w, Config& c);

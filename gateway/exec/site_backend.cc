@@ -5,6 +5,7 @@
 #include <future>
 
 #include "base/str_cat.h"
+#include "gateway/exec/kube_site.h"
 #include "gateway/exec/slurm.h"
 
 namespace fedgate::gateway {
@@ -108,11 +109,52 @@ class SlurmBackend final : public SiteBackend {
   SlurmCluster* cluster_;
 };
 
+class KubeBackend final : public SiteBackend {
+ public:
+  explicit KubeBackend(KubeCluster* cluster) : cluster_(cluster) {}
+  std::string Kind() const override { return "kubernetes"; }
+
+  absl::StatusOr<std::optional<std::vector<NodeState>>> Nodes() override {
+    if (auto st = cluster_->Refresh(); !st.ok()) return st;
+    std::vector<NodeState> out;
+    for (const auto& k : cluster_->nodes()) {
+      NodeState s;
+      s.node.name = k.name;
+      s.node.address = k.address;
+      s.node.gpus = k.gpus;
+      s.node.gpu_model = k.model;
+      s.usable = k.usable;
+      s.allocated = k.requested;  // every namespace's pods, ours included
+      out.push_back(std::move(s));
+    }
+    return out;
+  }
+
+  absl::StatusOr<Allocs> Reserve(const std::string&, const std::map<std::string, uint32_t>&,
+                                 const std::string&, const RankUser&) override {
+    return absl::UnimplementedError(
+        "kubernetes executor: holds and ranks as pods are not built yet (this site only "
+        "advertises what its cluster has free)");
+  }
+  absl::StatusOr<std::vector<std::string>> RankCommand(
+      const Allocs&, const std::string&, const std::string&, const std::vector<std::string>&,
+      std::vector<std::pair<std::string, std::string>>*) const override {
+    return absl::UnimplementedError("kubernetes executor: ranks as pods are not built yet");
+  }
+  void Release(const Allocs&) override {}
+
+ private:
+  KubeCluster* cluster_;
+};
+
 }  // namespace
 
 std::unique_ptr<SiteBackend> MakeProcessBackend() { return std::make_unique<ProcessBackend>(); }
 std::unique_ptr<SiteBackend> MakeSlurmBackend(SlurmCluster* cluster) {
   return std::make_unique<SlurmBackend>(cluster);
+}
+std::unique_ptr<SiteBackend> MakeKubeBackend(KubeCluster* cluster) {
+  return std::make_unique<KubeBackend>(cluster);
 }
 
 }  // namespace fedgate::gateway

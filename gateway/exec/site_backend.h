@@ -6,8 +6,9 @@
 //            each rank is a step in it (srun); nodes come from Slurm.
 // Both run each rank's command under the process executor's fedgate-shim,
 // so both are stopped with a grace period, read by log offset, and
-// re-attached after a gateway restart. A Kubernetes backend would reserve
-// an Indexed Job with nvidia.com/gpu limits per hold (not built).
+// re-attached after a gateway restart.
+//   kubernetes  nodes and free GPUs from the API server (kube_site.h); holds
+//            and ranks as pods are not built yet: Reserve refuses, saying so.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +26,7 @@
 namespace fedgate::gateway {
 
 class SlurmCluster;
+class KubeCluster;
 
 class SiteBackend {
  public:
@@ -58,5 +60,6 @@ class SiteBackend {
 
 std::unique_ptr<SiteBackend> MakeProcessBackend();
 std::unique_ptr<SiteBackend> MakeSlurmBackend(SlurmCluster* cluster);
+std::unique_ptr<SiteBackend> MakeKubeBackend(KubeCluster* cluster);
 
 }  // namespace fedgate::gateway

@@ -18,7 +18,7 @@ struct OpsServer::Impl {
   asio::io_context io;
   tcp::acceptor acceptor{io};
   Metrics* metrics = nullptr;
-  std::function<bool()> ready;
+  std::function<std::string()> not_ready;  // "" = ready, else why not
   std::thread thread;
 
   void Accept() {
@@ -52,9 +52,9 @@ struct OpsServer::Impl {
       res.result(http::status::ok);
       res.body() = "ok\n";
     } else if (path == "/readyz") {
-      bool ok = ready && ready();
-      res.result(ok ? http::status::ok : http::status::service_unavailable);
-      res.body() = ok ? "ready\n" : "not ready\n";
+      const std::string why = not_ready ? not_ready() : "starting";
+      res.result(why.empty() ? http::status::ok : http::status::service_unavailable);
+      res.body() = why.empty() ? "ready\n" : "not ready: " + why + "\n";
     } else if (path == "/metrics") {
       res.result(http::status::ok);
       res.set(http::field::content_type, "text/plain; version=0.0.4");
@@ -73,10 +73,10 @@ OpsServer::OpsServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 absl::StatusOr<std::unique_ptr<OpsServer>> OpsServer::Start(const std::string& endpoint,
                                                            Metrics* metrics,
-                                                           std::function<bool()> ready) {
+                                                           std::function<std::string()> not_ready) {
   auto impl = std::make_unique<Impl>();
   impl->metrics = metrics;
-  impl->ready = std::move(ready);
+  impl->not_ready = std::move(not_ready);
   const auto [host, port_text] = SplitHostPort(endpoint);
   const auto parsed = ParsePort(port_text);
   if (!parsed) {

@@ -18,7 +18,7 @@ class OpsServer {
   // Binds `endpoint` (HOST:PORT, port 0 picks one) and serves on a thread.
   static absl::StatusOr<std::unique_ptr<OpsServer>> Start(const std::string& endpoint,
                                                            Metrics* metrics,
-                                                           std::function<bool()> ready);
+                                                           std::function<std::string()> not_ready);
   ~OpsServer();
   int port() const { return port_; }
   void Stop();

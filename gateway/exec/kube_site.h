@@ -1,0 +1,63 @@
+// The Kubernetes backend's view of a cluster (executor.kind /
+// inventory.source `kubernetes`): the nodes lent to the federation (the
+// node selector), Ready and schedulable, their allocatable nvidia.com/gpu
+// minus what every non-terminated pod bound to them requests, read from the
+// API server every advertise interval. An API server that cannot be reached
+// or refuses the gateway is retried with backoff (1 s doubling to 60 s, or
+// its Retry-After); meanwhile the site offers nothing and says why.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "federation/inventory.h"
+#include "gateway/config/config.h"
+#include "gateway/kube/kube_client.h"
+#include "gateway/kube/kube_nodes.h"
+
+namespace fedgate::gateway {
+
+class KubeCluster {
+ public:
+  KubeCluster(KubernetesConfig config, std::unique_ptr<kube::KubeClient> client);
+  // The kubeconfig (or the in-cluster account) read and checked: a file that
+  // cannot be used is a config error; a server that does not answer is not.
+  static absl::StatusOr<std::unique_ptr<KubeCluster>> Connect(const KubernetesConfig& config);
+
+  // Lists nodes and pods again, unless backing off after a failure (then the
+  // last error). On failure the site offers nothing until it succeeds.
+  absl::Status Refresh();
+  std::vector<kube::KubeNode> nodes() const;
+  std::string last_error() const;  // "" when the last refresh worked
+  std::vector<federation::Node> InventoryNodes() const;
+  const KubernetesConfig& config() const { return config_; }
+  kube::KubeClient* client() { return client_.get(); }
+
+ private:
+  absl::Status Fetch(std::vector<kube::KubeNode>* out, std::string* retry_after) const;
+  KubernetesConfig config_;
+  std::unique_ptr<kube::KubeClient> client_;
+  mutable std::mutex mu_;
+  std::vector<kube::KubeNode> nodes_ ABSL_GUARDED_BY(mu_);
+  bool listed_ ABSL_GUARDED_BY(mu_) = false;
+  std::string last_error_ ABSL_GUARDED_BY(mu_);
+  std::chrono::steady_clock::time_point retry_at_ ABSL_GUARDED_BY(mu_);
+  std::chrono::milliseconds backoff_ ABSL_GUARDED_BY(mu_){0};
+};
+
+class KubeInventory final : public federation::InventorySource {
+ public:
+  explicit KubeInventory(KubeCluster* cluster) : cluster_(cluster) {}
+  std::vector<federation::Node> Nodes() const override { return cluster_->InventoryNodes(); }
+  std::string Kind() const override { return "kubernetes"; }
+
+ private:
+  KubeCluster* cluster_;
+};
+
+}  // namespace fedgate::gateway

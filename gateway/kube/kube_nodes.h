@@ -1,0 +1,45 @@
+// What a Kubernetes site can offer, from the API's node and pod lists:
+// GPUs = a node's allocatable nvidia.com/gpu minus what every
+// non-terminated pod bound to it requests, in any namespace, so GPUs the
+// cluster's own users hold are never offered. Pure: no I/O.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gateway/kube/kube_json.h"
+
+namespace fedgate::gateway::kube {
+
+inline constexpr const char* kGpuResource = "nvidia.com/gpu";
+
+struct KubeNode {
+  std::string name;
+  std::string address;  // InternalIP, else the first address
+  std::string model;    // from the model label; "GPU" when unlabelled
+  uint32_t gpus = 0;       // allocatable
+  uint32_t requested = 0;  // by non-terminated pods bound to it (anyone's)
+  bool usable = true;      // Ready and schedulable
+  std::string why_not;     // why not usable: "NotReady", "cordoned"
+};
+
+// The GPUs a pod asks for of `resource`: the larger of its containers' sum
+// and its largest init container (as the scheduler counts); requests, else
+// limits (extended resources have both equal).
+uint32_t PodRequest(const Json& pod, const std::string& resource = kGpuResource);
+// A pod that still holds what it asked for: not Succeeded or Failed.
+bool PodHolds(const Json& pod);
+bool MatchesSelector(const Json& obj, const std::map<std::string, std::string>& selector);
+
+// Nodes of `node_list` that match `selector` and have GPUs, with what the
+// pods of `pod_list` (a list of all namespaces) request on each.
+std::vector<KubeNode> GpuNodes(const Json& node_list, const Json& pod_list,
+                               const std::map<std::string, std::string>& selector,
+                               const std::string& model_label);
+
+// "k1=v1,k2=v2" for a labelSelector query.
+std::string SelectorText(const std::map<std::string, std::string>& selector);
+
+}  // namespace fedgate::gateway::kube

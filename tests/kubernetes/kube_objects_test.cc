@@ -1,0 +1,131 @@
+// The pure part of a Kubernetes site: JSON helpers, merge patches,
+// quantities, and what nodes and pods leave free.
+#include <gtest/gtest.h>
+
+#include "gateway/kube/kube_json.h"
+#include "gateway/kube/kube_nodes.h"
+
+namespace fedgate::gateway::kube {
+namespace {
+
+Json J(const std::string& text) {
+  auto j = ParseJson(text);
+  EXPECT_TRUE(j.ok()) << j.status() << " in " << text;
+  return j.ok() ? *j : Json();
+}
+
+TEST(KubeJson, PathsReadAndMake) {
+  Json o = J(R"({"metadata":{"name":"a","labels":{"x":"1"}},"spec":{"n":3}})");
+  EXPECT_EQ(FindString(o, {"metadata", "name"}), "a");
+  EXPECT_EQ(FindString(o, {"metadata", "missing"}), "");
+  EXPECT_EQ(FindString(o, {"spec", "n"}), "");  // a number is not a string
+  EXPECT_EQ(FindNumber(o, {"spec", "n"}), 3);
+  EXPECT_EQ(Find(o, {"metadata", "name", "deeper"}), nullptr);
+  *Mutable(&o, {"status", "phase"}) = Str("Running");
+  EXPECT_EQ(FindString(o, {"status", "phase"}), "Running");
+  Erase(&o, {"metadata", "labels"});
+  EXPECT_EQ(Find(o, {"metadata", "labels"}), nullptr);
+  EXPECT_FALSE(ParseJson("{not json").ok());
+}
+
+TEST(KubeJson, MergePatchFollowsRfc7386) {
+  Json target = J(R"({"a":"b","c":{"d":"e","f":"g"},"l":[1,2]})");
+  MergePatch(&target, J(R"({"a":"z","c":{"f":null},"l":[3],"n":{"m":"x"}})"));
+  EXPECT_TRUE(Equal(target, J(R"({"a":"z","c":{"d":"e"},"l":[3],"n":{"m":"x"}})")))
+      << ToJson(target);
+}
+
+TEST(KubeJson, QuantityCountsWholeNumbersOnly) {
+  const Json four = Str("4");
+  EXPECT_EQ(QuantityCount(&four), 4);
+  Json n = Num(2), frac = Num(1.5), neg = Str("-1"), milli = Str("500m");
+  EXPECT_EQ(QuantityCount(&n), 2);
+  EXPECT_FALSE(QuantityCount(&frac));
+  EXPECT_FALSE(QuantityCount(&neg));
+  EXPECT_FALSE(QuantityCount(&milli));
+  EXPECT_FALSE(QuantityCount(nullptr));
+}
+
+Json Node(const std::string& name, int gpus, bool ready = true, bool cordoned = false,
+          const std::string& pool = "true") {
+  Json n = J(R"({"metadata":{"labels":{"nvidia.com/gpu.product":"NVIDIA-A100-SXM4-80GB"}},
+                 "status":{"addresses":[{"type":"Hostname","address":"h"},
+                                        {"type":"InternalIP","address":"10.0.0.7"}]}})");
+  *Mutable(&n, {"metadata", "name"}) = Str(name);
+  *Mutable(&n, {"metadata", "labels", "fedgate.io/pool"}) = Str(pool);
+  *Mutable(&n, {"status", "allocatable", kGpuResource}) = Str(std::to_string(gpus));
+  Json cond = Obj();
+  *Mutable(&cond, {"type"}) = Str("Ready");
+  *Mutable(&cond, {"status"}) = Str(ready ? "True" : "False");
+  *Append(Mutable(&n, {"status", "conditions"})) = cond;
+  if (cordoned) *Mutable(&n, {"spec", "unschedulable"}) = Bool(true);
+  return n;
+}
+
+Json Pod(const std::string& node, const std::string& phase, int gpus, int init_gpus = 0,
+         bool requests = false) {
+  Json p = Obj();
+  *Mutable(&p, {"spec", "nodeName"}) = Str(node);
+  *Mutable(&p, {"status", "phase"}) = Str(phase);
+  Json c = Obj();
+  *Mutable(&c, {"resources", requests ? "requests" : "limits", kGpuResource}) = Str(std::to_string(gpus));
+  *Append(Mutable(&p, {"spec", "containers"})) = c;
+  *Append(Mutable(&p, {"spec", "containers"})) = c;  // two containers: counted twice
+  if (init_gpus > 0) {
+    Json i = Obj();
+    *Mutable(&i, {"resources", "limits", kGpuResource}) = Str(std::to_string(init_gpus));
+    *Append(Mutable(&p, {"spec", "initContainers"})) = i;
+  }
+  return p;
+}
+
+Json ListOf(std::vector<Json> items) {
+  Json l = Obj();
+  Json* arr = Mutable(&l, {"items"});
+  *arr = List();
+  for (auto& i : items) *Append(arr) = i;
+  return l;
+}
+
+TEST(KubeNodes, PodRequestIsContainersSumOrLargestInit) {
+  EXPECT_EQ(PodRequest(Pod("n", "Running", 1)), 2u);
+  EXPECT_EQ(PodRequest(Pod("n", "Running", 1, 3)), 3u);
+  EXPECT_EQ(PodRequest(Pod("n", "Running", 2, 0, true)), 4u);
+  EXPECT_EQ(PodRequest(J(R"({"spec":{"containers":[{"name":"c"}]}})")), 0u);
+}
+
+TEST(KubeNodes, FreeIsAllocatableMinusEveryLivePodOnTheNode) {
+  const auto nodes = ListOf({Node("n1", 4), Node("n2", 4), Node("cpu", 0)});
+  // A foreign pod holding 2 (two containers of 1) on n1; finished pods hold
+  // nothing; a pending pod not yet bound holds nothing either.
+  const auto pods = ListOf({Pod("n1", "Running", 1), Pod("n2", "Succeeded", 2),
+                            Pod("n2", "Failed", 2), Pod("", "Pending", 1),
+                            Pod("n2", "Pending", 0, 1)});
+  const auto out = GpuNodes(nodes, pods, {{"fedgate.io/pool", "true"}}, "nvidia.com/gpu.product");
+  ASSERT_EQ(out.size(), 2u);  // the node without GPUs is not a GPU node
+  EXPECT_EQ(out[0].name, "n1");
+  EXPECT_EQ(out[0].gpus, 4u);
+  EXPECT_EQ(out[0].requested, 2u);
+  EXPECT_EQ(out[0].address, "10.0.0.7");
+  EXPECT_EQ(out[0].model, "NVIDIA-A100-SXM4-80GB");
+  EXPECT_TRUE(out[0].usable);
+  EXPECT_EQ(out[1].requested, 1u);  // the pending pod bound to n2 (its init container)
+}
+
+TEST(KubeNodes, NotReadyCordonedAndUnselectedNodesAreNotOffered) {
+  const auto nodes = ListOf({Node("down", 4, false), Node("cordoned", 4, true, true),
+                             Node("other-pool", 4, true, false, "false"), Node("ok", 2)});
+  const auto out = GpuNodes(nodes, ListOf({}), {{"fedgate.io/pool", "true"}}, "x");
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].name, "cordoned");
+  EXPECT_FALSE(out[0].usable);
+  EXPECT_EQ(out[0].why_not, "cordoned");
+  EXPECT_EQ(out[1].name, "down");
+  EXPECT_EQ(out[1].why_not, "NotReady");
+  EXPECT_TRUE(out[2].usable);
+  EXPECT_EQ(out[2].model, "GPU");  // no model label
+  EXPECT_EQ(SelectorText({{"a", "1"}, {"b", "2"}}), "a=1,b=2");
+}
+
+}  // namespace
+}  // namespace fedgate::gateway::kube

@@ -1,0 +1,175 @@
+// A Kubernetes site's inventory: what the cluster has free on the nodes lent
+// to the federation, read from fake-kube-apiserver (no real API server can
+// run here), in process (KubeCluster) and through a real gateway beside a
+// process site.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "gateway/exec/kube_site.h"
+#include "tests/support/fake_kube/fake_kube_server.h"
+#include "tests/support/jobs_fixture.h"
+
+namespace fedgate::testing {
+namespace {
+
+using gateway::KubeCluster;
+using gateway::kube::JsonOf;
+using gateway::kube::KubeAccess;
+using gateway::kube::KubeClient;
+using fakekube::FakeKubeServer;
+
+std::string NodeJson(const std::string& name, int gpus, bool pool = true) {
+  return R"({"metadata":{"name":")" + name + R"(","labels":{"fedgate.io/pool":")" +
+         (pool ? "true" : "false") + R"(","nvidia.com/gpu.product":"NVIDIA-A100-SXM4-80GB"}},
+     "status":{"allocatable":{"nvidia.com/gpu":")" + std::to_string(gpus) + R"("},
+     "addresses":[{"type":"InternalIP","address":"127.0.0.1"}],
+     "conditions":[{"type":"Ready","status":"True"}]}})";
+}
+
+// The cluster of the issue: two nodes of 4 GPUs lent to the federation, one
+// GPU already held by a pod of the cluster's own users, and a node of
+// 8 GPUs that is not lent.
+void Populate(KubeClient& c) {
+  for (const auto& body : {NodeJson("kn-1", 4), NodeJson("kn-2", 4), NodeJson("kn-private", 8, false)}) {
+    auto r = c.Call("POST", "/api/v1/nodes", body);
+    ASSERT_TRUE(r.ok() && r->status == 201) << (r.ok() ? r->body : r.status().ToString());
+  }
+  auto ns = c.Call("POST", "/api/v1/namespaces", R"({"metadata":{"name":"team-x"}})");
+  ASSERT_TRUE(ns.ok() && ns->status == 201);
+  auto pod = c.Call("POST", "/api/v1/namespaces/team-x/pods",
+                    R"({"metadata":{"name":"foreign"},"spec":{"nodeName":"kn-2","containers":[
+                        {"name":"c","image":"i","command":["sleep","600"],
+                         "resources":{"limits":{"nvidia.com/gpu":"1"}}}]}})");
+  ASSERT_TRUE(pod.ok() && pod->status == 201) << (pod.ok() ? pod->body : "");
+}
+
+uint32_t FreeOf(const KubeCluster& k) {
+  uint32_t free = 0;
+  for (const auto& n : k.nodes()) free += n.usable ? n.gpus - std::min(n.gpus, n.requested) : 0;
+  return free;
+}
+
+TEST(KubeSite, OffersTheSelectedNodesLessWhatTheClustersOwnPodsHold) {
+  TempDir dir;
+  auto server = FakeKubeServer::Start({"127.0.0.1:0", "tok", dir / "logs"});
+  ASSERT_TRUE(server.ok());
+  KubeAccess a;
+  a.server = "https://127.0.0.1:" + std::to_string((*server)->port());
+  a.token = "tok";
+  a.ca_pem = (*server)->ca_pem();
+  Populate(**KubeClient::Make(a));
+  gateway::KubernetesConfig cfg;
+  cfg.node_selector = {{"fedgate.io/pool", "true"}};
+  KubeCluster k(cfg, std::move(*KubeClient::Make(a)));
+  ASSERT_TRUE(k.Refresh().ok()) << k.last_error();
+  ASSERT_EQ(k.InventoryNodes().size(), 2u);  // kn-private is not lent
+  EXPECT_EQ(k.InventoryNodes()[0].gpu_model, "NVIDIA-A100-SXM4-80GB");
+  EXPECT_EQ(FreeOf(k), 7u);
+
+  // Cordoning a node takes it out of the offer.
+  auto c = *KubeClient::Make(a);
+  ASSERT_EQ(c->Call("PATCH", "/api/v1/nodes/kn-1", R"({"spec":{"unschedulable":true}})",
+                    "application/merge-patch+json")->status, 200);
+  ASSERT_TRUE(k.Refresh().ok());
+  EXPECT_EQ(k.InventoryNodes().size(), 1u);
+  EXPECT_EQ(FreeOf(k), 3u);
+}
+
+TEST(KubeSite, AFailingServerIsRetriedWithBackoffAndTheSiteOffersNothingMeanwhile) {
+  TempDir dir;
+  auto server = FakeKubeServer::Start({"127.0.0.1:0", "tok", dir / "logs"});
+  ASSERT_TRUE(server.ok());
+  KubeAccess a;
+  a.server = "https://127.0.0.1:" + std::to_string((*server)->port());
+  a.token = "tok";
+  a.insecure_skip_verify = true;
+  auto c = *KubeClient::Make(a);
+  Populate(*c);
+  KubeCluster k({}, std::move(*KubeClient::Make(a)));
+  ASSERT_TRUE(k.Refresh().ok());
+  EXPECT_EQ(k.InventoryNodes().size(), 3u);  // no selector: every GPU node
+  const auto listed = [&] {
+    auto j = JsonOf(c->Call("GET", "/fake/requests"), "requests");
+    return j.ok() ? gateway::kube::FindNumber(*j, {"GET /api/v1/nodes"}).value_or(0) : -1;
+  };
+  const double before = listed();
+  ASSERT_TRUE(c->Call("POST", "/fake/faults", R"({"path":"/api/v1/nodes","status":500,"times":1})").ok());
+  auto st = k.Refresh();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(k.last_error().find("HTTP 500"), std::string::npos) << k.last_error();
+  EXPECT_TRUE(k.InventoryNodes().empty());
+  // Backing off: the next refresh right away does not ask the server.
+  EXPECT_FALSE(k.Refresh().ok());
+  EXPECT_EQ(listed(), before + 1);
+  // After the backoff the site offers its GPUs again.
+  EXPECT_TRUE(Eventually([&] { return k.Refresh().ok(); }, 5000, 200));
+  EXPECT_EQ(k.InventoryNodes().size(), 3u);
+  EXPECT_TRUE(k.last_error().empty());
+
+  ASSERT_TRUE(c->Call("POST", "/fake/faults", R"({"path":"/api/v1/pods","status":429,"retryAfter":3})").ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(k.Refresh().ok());
+  EXPECT_TRUE(Eventually([&] { return k.Refresh().ok(); }, 8000, 100));
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(2900));
+}
+
+class KubeFederationTest : public JobsTest {};
+
+// The judged inventory: a process site and a Kubernetes site (two nodes of
+// 4 GPUs, one already held by a foreign pod) in one federation; the process
+// site sees 7 free GPUs there. A site whose API server refuses it keeps
+// running, offers nothing, and says why in its log and /readyz.
+TEST_F(KubeFederationTest, AKubernetesSiteAdvertisesWhatItsClusterHasFree) {
+  TempDir dir;
+  auto api = Process::Spawn(
+      {FAKE_KUBE_BIN, "--listen", "127.0.0.1:0", "--token", "fed-token", "--log-dir", dir / "pods"},
+      dir / "api.log");
+  ASSERT_TRUE(Eventually([&] { return ReadText(dir / "api.log").find("listening on") != std::string::npos; }, 10000));
+  const std::string out = ReadText(dir / "api.log");
+  const std::string url = out.substr(out.find("https://"), out.find('\n', out.find("https://")) - out.find("https://"));
+  KubeAccess a;
+  a.server = url;
+  a.token = "fed-token";
+  a.insecure_skip_verify = true;
+  Populate(**KubeClient::Make(a));
+  const auto kubeconfig = [&](const std::string& file, const std::string& token) {
+    WriteText(dir / file, "apiVersion: v1\nkind: Config\ncurrent-context: fake\ncontexts:\n"
+                          "- name: fake\n  context: {cluster: fake, user: gw}\nclusters:\n"
+                          "- name: fake\n  cluster: {server: \"" + url + "\", insecure-skip-tls-verify: true}\n"
+                          "users:\n- name: gw\n  user: {token: " + token + "}\n");
+    return dir / file;
+  };
+
+  AddSite("site-a", {"site-k", "site-r"}, 2);
+  for (const auto& [site, token] : {std::pair{"site-k", "fed-token"}, std::pair{"site-r", "wrong-token"}}) {
+    SiteOptions k;
+    k.site = site;
+    k.peers = {"site-a"};
+    k.inventory_source = "kubernetes";
+    k.extra_yaml = "executor: {kind: kubernetes, work_dir: " + fed_.work_root() + "/" + site +
+                   "}\nkubernetes: {kubeconfig: " + kubeconfig(std::string(site) + ".kubeconfig", token) +
+                   ", node_selector: {fedgate.io/pool: \"true\"}}\n";
+    fed_.AddSite(k);
+  }
+  fed_.StartAll();
+  ASSERT_TRUE(Eventually([&] { return Free("site-a", "site-k") == 7; }, 15000))
+      << "free at site-k: " << Free("site-a", "site-k") << "\n" << fed_.log("site-k");
+  // The refused site: up, offering nothing, saying why where an operator looks.
+  ASSERT_TRUE(Eventually([&] {
+    const auto live = fed_.LiveSites("site-a");
+    return std::find(live.begin(), live.end(), "site-r") != live.end();
+  }, 15000)) << fed_.log("site-r");
+  EXPECT_EQ(Free("site-a", "site-r"), 0u);
+  int status = 0;
+  const std::string ready = HttpGet(fed_.ops_port("site-r"), "/readyz", &status);
+  EXPECT_EQ(status, 503);
+  EXPECT_NE(ready.find(url), std::string::npos) << ready;
+  EXPECT_NE(ready.find("HTTP 401"), std::string::npos) << ready;
+  EXPECT_NE(fed_.log("site-r").find("kubernetes: API server " + url), std::string::npos);
+  EXPECT_TRUE(fed_.WaitReady("site-k", 5000));
+}
+
+}  // namespace
+}  // namespace fedgate::testing

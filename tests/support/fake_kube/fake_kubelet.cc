@@ -1,0 +1,294 @@
+#include "tests/support/fake_kube/fake_kubelet.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+
+#include "base/str_cat.h"
+#include "gateway/kube/kube_nodes.h"
+
+namespace fedgate::testing::fakekube {
+
+using namespace gateway::kube;  // NOLINT: the JSON helpers
+
+namespace {
+std::string Now() {
+  char buf[32];
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::vector<Json> Containers(const Json& pod, const char* field) {
+  std::vector<Json> out;
+  if (const Json* cs = Find(pod, {"spec", field}); cs && cs->has_list_value()) {
+    for (const auto& c : cs->list_value().values()) out.push_back(c);
+  }
+  return out;
+}
+
+Json Status(const std::string& name, const Json& state) {
+  Json s = Obj();
+  *Mutable(&s, {"name"}) = Str(name);
+  *Mutable(&s, {"restartCount"}) = Num(0);
+  *Mutable(&s, {"ready"}) = Bool(Find(state, {"running"}) != nullptr);
+  *Mutable(&s, {"state"}) = state;
+  return s;
+}
+
+Json Terminated(int code, const std::string& started) {
+  Json st = Obj();
+  *Mutable(&st, {"terminated", "exitCode"}) = Num(code);
+  *Mutable(&st, {"terminated", "reason"}) = Str(code == 0 ? "Completed" : "Error");
+  *Mutable(&st, {"terminated", "startedAt"}) = Str(started);
+  *Mutable(&st, {"terminated", "finishedAt"}) = Str(Now());
+  return st;
+}
+}  // namespace
+
+FakeKubelet::FakeKubelet(Store* store, std::string log_dir, uid_t uid, gid_t gid)
+    : store_(store), log_dir_(std::move(log_dir)), uid_(uid), gid_(gid) {
+  std::filesystem::create_directories(log_dir_);
+}
+
+FakeKubelet::~FakeKubelet() {
+  closing_ = true;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [k, pids] : pids_) {
+      for (pid_t p : pids) ::kill(-p, SIGKILL);
+    }
+  }
+  for (auto& t : threads_) t.join();
+}
+
+std::string FakeKubelet::LogPath(const Key& pod, const std::string& container) const {
+  return StrCat(log_dir_, "/", pod.ns, "_", pod.name, "_", container, ".log");
+}
+
+bool FakeKubelet::Running(const Key& pod) const {
+  std::lock_guard lock(mu_);
+  return running_.contains(pod);
+}
+
+void FakeKubelet::Start(const Key& pod) {
+  std::lock_guard lock(mu_);
+  running_.insert(pod);
+  threads_.emplace_back([this, pod] { Run(pod); });
+}
+
+std::string FakeKubelet::Admit(const Key& pod, const Json& obj) {
+  const std::string node = FindString(obj, {"spec", "nodeName"});
+  auto n = store_->Get(Key{"nodes", "", node});
+  if (!n) return StrCat("NodeNotFound: node \"", node, "\" does not exist");
+  const auto cap = QuantityCount(Find(*n, {"status", "allocatable", kGpuResource})).value_or(0);
+  const uint64_t want = PodRequest(obj);
+  std::lock_guard lock(mu_);
+  const uint64_t used = node_used_[node];
+  if (want > 0 && used + want > static_cast<uint64_t>(cap)) {
+    return StrCat("OutOfnvidia.com/gpu: Node didn't have enough resource: nvidia.com/gpu, requested: ",
+                  want, ", used: ", used, ", capacity: ", cap);
+  }
+  node_used_[node] += want;
+  (void)pod;
+  return "";
+}
+
+pid_t FakeKubelet::Spawn(const Key& pod, const Json& c, const std::string& log) {
+  std::vector<std::string> argv;
+  for (const char* f : {"command", "args"}) {
+    if (const Json* l = Find(c, {f}); l && l->has_list_value()) {
+      for (const auto& a : l->list_value().values()) argv.push_back(a.string_value());
+    }
+  }
+  if (argv.empty()) argv = {"sleep", "infinity"};  // no image entrypoint here: a pause container
+  std::vector<std::string> env = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOSTNAME=" + pod.name};
+  if (const Json* l = Find(c, {"env"}); l && l->has_list_value()) {
+    for (const auto& e : l->list_value().values()) {
+      env.push_back(StrCat(FindString(e, {"name"}), "=", FindString(e, {"value"})));
+    }
+  }
+  const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd >= 0 && ::getuid() == 0) (void)::fchown(fd, uid_, gid_);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+    }
+    const int devnull = ::open("/dev/null", O_RDONLY);
+    if (devnull >= 0) ::dup2(devnull, 0);
+    if (::getuid() == 0 && uid_ != 0) {
+      if (::setgid(gid_) != 0 || ::setuid(uid_) != 0) _exit(126);
+    }
+    if (::chdir("/tmp") != 0) _exit(126);
+    std::vector<char*> a, e;
+    for (auto& s : argv) a.push_back(s.data());
+    a.push_back(nullptr);
+    for (auto& s : env) e.push_back(s.data());
+    e.push_back(nullptr);
+    ::execvpe(a[0], a.data(), e.data());
+    _exit(127);
+  }
+  if (fd >= 0) ::close(fd);
+  return pid;
+}
+
+void FakeKubelet::Run(Key pod) {
+  auto obj = store_->Get(pod);
+  if (!obj) return;
+  const uint64_t want = PodRequest(*obj);
+  const std::string node = FindString(*obj, {"spec", "nodeName"});
+  const auto set_status = [&](const std::function<void(Json*)>& f) {
+    (void)store_->Modify(pod, [&](Json* o) { f(Mutable(o, {"status"})); }, nullptr);
+  };
+  if (std::string why = Admit(pod, *obj); !why.empty()) {
+    const auto colon = why.find(':');
+    set_status([&](Json* s) {
+      *Mutable(s, {"phase"}) = Str("Failed");
+      *Mutable(s, {"reason"}) = Str(why.substr(0, colon));
+      *Mutable(s, {"message"}) = Str(why.substr(colon + 2));
+    });
+    std::lock_guard lock(mu_);
+    running_.erase(pod);
+    return;
+  }
+  const std::string started = Now();
+  set_status([&](Json* s) {
+    *Mutable(s, {"hostIP"}) = Str("127.0.0.1");
+    *Mutable(s, {"podIP"}) = Str("127.0.0.1");
+    *Mutable(s, {"startTime"}) = Str(started);
+  });
+  bool failed = false;
+  const auto stopping = [&] {
+    std::lock_guard lock(mu_);
+    return closing_ || stopping_.contains(pod);
+  };
+  // Init containers one after another; a failure fails the pod.
+  Json init_statuses = List();
+  for (const auto& c : Containers(*obj, "initContainers")) {
+    if (stopping()) break;
+    const std::string name = FindString(c, {"name"});
+    const pid_t pid = Spawn(pod, c, LogPath(pod, name));
+    {
+      std::lock_guard lock(mu_);
+      pids_[pod] = {pid};
+    }
+    Json running = Obj();
+    *Mutable(&running, {"running", "startedAt"}) = Str(Now());
+    Json now = init_statuses;
+    *Append(&now) = Status(name, running);
+    set_status([&](Json* s) {
+      *Mutable(s, {"phase"}) = Str("Pending");
+      *Mutable(s, {"initContainerStatuses"}) = now;
+    });
+    int ws = 0;
+    ::waitpid(pid, &ws, 0);
+    const int code = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+    *Append(&init_statuses) = Status(name, Terminated(code, started));
+    set_status([&](Json* s) { *Mutable(s, {"initContainerStatuses"}) = init_statuses; });
+    if (code != 0) {
+      failed = true;
+      break;
+    }
+  }
+  std::vector<std::pair<std::string, pid_t>> procs;
+  if (!failed && !stopping()) {
+    Json statuses = List();
+    for (const auto& c : Containers(*obj, "containers")) {
+      const std::string name = FindString(c, {"name"});
+      procs.emplace_back(name, Spawn(pod, c, LogPath(pod, name)));
+      Json running = Obj();
+      *Mutable(&running, {"running", "startedAt"}) = Str(Now());
+      *Append(&statuses) = Status(name, running);
+    }
+    {
+      std::lock_guard lock(mu_);
+      auto& pids = pids_[pod];
+      pids.clear();
+      for (const auto& [n, p] : procs) pids.push_back(p);
+    }
+    if (stopping()) {  // deleted while they started: Stop saw no processes yet
+      for (const auto& [n, p] : procs) ::kill(-p, SIGTERM);
+    }
+    set_status([&](Json* s) {
+      *Mutable(s, {"phase"}) = Str("Running");
+      *Mutable(s, {"containerStatuses"}) = statuses;
+    });
+    // Each container's end goes into the status as it happens.
+    std::map<pid_t, int> codes;
+    while (codes.size() < procs.size()) {
+      int ws = 0;
+      pid_t done = -1;
+      for (const auto& [n, p] : procs) {
+        if (codes.contains(p)) continue;
+        if (::waitpid(p, &ws, WNOHANG) == p) {
+          done = p;
+          break;
+        }
+      }
+      if (done < 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        continue;
+      }
+      codes[done] = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+      Json now = List();
+      for (const auto& [n, p] : procs) {
+        Json running = Obj();
+        *Mutable(&running, {"running", "startedAt"}) = Str(started);
+        *Append(&now) = Status(n, codes.contains(p) ? Terminated(codes[p], started) : running);
+      }
+      set_status([&](Json* s) { *Mutable(s, {"containerStatuses"}) = now; });
+    }
+    for (const auto& [p, code] : codes) failed = failed || code != 0;
+  }
+  {
+    std::lock_guard lock(mu_);
+    pids_.erase(pod);
+    node_used_[node] -= std::min(node_used_[node], want);
+    running_.erase(pod);
+  }
+  set_status([&](Json* s) { *Mutable(s, {"phase"}) = Str(failed ? "Failed" : "Succeeded"); });
+  bool deleting = false;
+  {
+    std::lock_guard lock(mu_);
+    deleting = stopping_.erase(pod) > 0;
+  }
+  if (deleting) (void)store_->Remove(pod, nullptr);
+}
+
+void FakeKubelet::Stop(const Key& pod, int64_t grace_s) {
+  std::vector<pid_t> pids;
+  {
+    std::lock_guard lock(mu_);
+    if (!running_.contains(pod)) {
+      (void)store_->Remove(pod, nullptr);
+      return;
+    }
+    stopping_[pod] = grace_s;
+    if (auto it = pids_.find(pod); it != pids_.end()) pids = it->second;
+  }
+  for (pid_t p : pids) ::kill(-p, SIGTERM);
+  std::lock_guard lock(mu_);
+  threads_.emplace_back([this, pod, pids, grace_s] {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(grace_s);
+    while (std::chrono::steady_clock::now() < until && !closing_) {
+      {
+        std::lock_guard l(mu_);
+        if (!running_.contains(pod)) return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    for (pid_t p : pids) ::kill(-p, SIGKILL);
+  });
+}
+
+}  // namespace fedgate::testing::fakekube
