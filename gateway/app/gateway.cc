@@ -113,7 +113,7 @@ absl::Status Gateway::OpenStoreAndCore() {
   } else if (config_.inventory.source == "kubernetes") {
     // A kubeconfig that cannot be used stops the start; a server that does
     // not answer does not: the site offers nothing until it does.
-    auto kube = KubeCluster::Connect(config_.kubernetes);
+    auto kube = KubeCluster::Connect(config_.kubernetes, config_.site);
     if (!kube.ok()) return kube.status();
     kube_ = std::move(*kube);
     (void)kube_->Refresh();

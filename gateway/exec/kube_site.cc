@@ -2,21 +2,28 @@
 
 #include <spdlog/spdlog.h>
 
+#include <random>
+#include <set>
+#include <thread>
+
 #include "base/number.h"
 #include "base/str_cat.h"
+#include "gateway/kube/kube_objects.h"
 
 namespace fedgate::gateway {
 
-KubeCluster::KubeCluster(KubernetesConfig config, std::unique_ptr<kube::KubeClient> client)
-    : config_(std::move(config)), client_(std::move(client)) {}
+KubeCluster::KubeCluster(KubernetesConfig config, std::unique_ptr<kube::KubeClient> client,
+                         std::string site)
+    : config_(std::move(config)), client_(std::move(client)), site_(std::move(site)) {}
 
-absl::StatusOr<std::unique_ptr<KubeCluster>> KubeCluster::Connect(const KubernetesConfig& config) {
+absl::StatusOr<std::unique_ptr<KubeCluster>> KubeCluster::Connect(const KubernetesConfig& config,
+                                                                  const std::string& site) {
   auto access = config.kubeconfig.empty() ? kube::InClusterAccess()
                                           : kube::LoadKubeconfig(config.kubeconfig);
   if (!access.ok()) return access.status();
   auto client = kube::KubeClient::Make(*access);
   if (!client.ok()) return client.status();
-  return std::make_unique<KubeCluster>(config, std::move(*client));
+  return std::make_unique<KubeCluster>(config, std::move(*client), site);
 }
 
 absl::Status KubeCluster::Fetch(std::vector<kube::KubeNode>* out, std::string* retry_after) const {
@@ -100,6 +107,134 @@ std::vector<federation::Node> KubeCluster::InventoryNodes() const {
     out.push_back(std::move(n));
   }
   return out;
+}
+
+std::string KubeCluster::NamespaceFor(const std::string& tenant) const {
+  auto it = config_.tenant_namespaces.find(tenant);
+  return it != config_.tenant_namespaces.end() ? it->second : config_.namespace_;
+}
+
+std::vector<std::pair<std::string, std::string>> KubeCluster::AttachEnv() const {
+  const auto& a = client_->access();
+  std::vector<std::pair<std::string, std::string>> env = {{"FEDGATE_KUBE_SERVER", a.server}};
+  if (auto t = kube::CurrentToken(a); !t.empty()) env.emplace_back("FEDGATE_KUBE_TOKEN", t);
+  if (a.insecure_skip_verify) env.emplace_back("FEDGATE_KUBE_INSECURE", "1");
+  if (!a.ca_pem.empty()) env.emplace_back("FEDGATE_KUBE_CA", a.ca_pem);
+  if (!a.cert_pem.empty()) {
+    env.emplace_back("FEDGATE_KUBE_CERT", a.cert_pem);
+    env.emplace_back("FEDGATE_KUBE_KEY", a.key_pem);
+  }
+  return env;
+}
+
+absl::Status KubeCluster::WaitAdmitted(const std::string& ns, const std::string& pod,
+                                       std::chrono::steady_clock::time_point deadline) const {
+  const std::string path = StrCat("/api/v1/namespaces/", ns, "/pods/", pod);
+  for (;;) {
+    auto p = kube::JsonOf(client_->Call("GET", path), StrCat("reading pod ", ns, "/", pod));
+    if (!p.ok()) return p.status();
+    const std::string phase = kube::FindString(*p, {"status", "phase"});
+    if (phase == "Failed") {
+      return absl::ResourceExhaustedError(
+          StrCat("kubernetes: pod ", ns, "/", pod, " was refused on its node: ",
+                 kube::FindString(*p, {"status", "reason"}), ": ",
+                 kube::FindString(*p, {"status", "message"})));
+    }
+    // The kubelet sets startTime once it has admitted the pod (its GPUs
+    // are then the pod's), before any image is pulled.
+    if (phase == "Running" || !kube::FindString(*p, {"status", "startTime"}).empty()) {
+      return absl::OkStatus();
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return absl::DeadlineExceededError(
+          StrCat("kubernetes: pod ", ns, "/", pod, " was not admitted by its kubelet in time"));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+absl::StatusOr<uint64_t> KubeCluster::ReserveHold(const std::string& name,
+                                                  const std::map<std::string, uint32_t>& gpus,
+                                                  const std::string& tenant,
+                                                  std::chrono::milliseconds admit_timeout) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  kube::HoldSpec h;
+  h.id = rng() & 0xffffffffffffULL;
+  h.namespace_ = NamespaceFor(tenant);
+  h.site = site_;
+  h.image = config_.image;
+  h.host_network = config_.host_network;
+  // name: fedgate-<job>-<attempt>
+  std::string rest = name.rfind("fedgate-", 0) == 0 ? name.substr(8) : name;
+  const auto dash = rest.rfind('-');
+  h.job = dash == std::string::npos ? rest : rest.substr(0, dash);
+  h.attempt = dash == std::string::npos ? "" : rest.substr(dash + 1);
+  const auto names = kube::NamesOf(h.id);
+  const std::string base = StrCat("/api/v1/namespaces/", h.namespace_);
+  auto cm = kube::JsonOf(client_->Call("POST", base + "/configmaps", kube::ToJson(kube::SliceConfigMap(h))),
+                         StrCat("kubernetes: creating ConfigMap ", h.namespace_, "/", names.configmap));
+  if (!cm.ok()) return cm.status();
+  const std::string uid = kube::FindString(*cm, {"metadata", "uid"});
+  absl::Status failed;
+  std::vector<std::string> pods;
+  size_t i = 0;
+  for (const auto& [node, n] : gpus) {
+    const std::string pod = names.Pod(i);
+    auto made = kube::JsonOf(
+        client_->Call("POST", base + "/pods", kube::ToJson(kube::HoldPod(h, node, i, n, uid))),
+        StrCat("kubernetes: creating pod ", h.namespace_, "/", pod, " on node ", node));
+    ++i;
+    if (!made.ok()) {
+      failed = made.status();
+      break;
+    }
+    pods.push_back(pod);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + admit_timeout;
+  for (const auto& pod : pods) {
+    if (!failed.ok()) break;
+    failed = WaitAdmitted(h.namespace_, pod, deadline);
+  }
+  if (failed.ok()) {
+    spdlog::info("kubernetes: hold {} for {}: {} pod(s) in {} admitted", names.id, name, pods.size(),
+                 h.namespace_);
+    return h.id;
+  }
+  (void)ReleaseHold(h.id);
+  return failed;
+}
+
+absl::Status KubeCluster::ReleaseHold(uint64_t id) {
+  const auto names = kube::NamesOf(id);
+  std::set<std::string> namespaces = {config_.namespace_};
+  for (const auto& [t, ns] : config_.tenant_namespaces) namespaces.insert(ns);
+  absl::Status st;
+  auto pods = kube::JsonOf(
+      client_->Call("GET", StrCat("/api/v1/pods?labelSelector=", kube::QueryEscape(StrCat(kube::kHoldLabel, "=", names.id)))),
+      "kubernetes: listing the pods of hold " + names.id);
+  if (pods.ok()) {
+    if (const auto* items = kube::Find(*pods, {"items"}); items && items->has_list_value()) {
+      for (const auto& p : items->list_value().values()) {
+        const std::string ns = kube::FindString(p, {"metadata", "namespace"});
+        namespaces.insert(ns);
+        auto r = client_->Call("DELETE", StrCat("/api/v1/namespaces/", ns, "/pods/",
+                                                kube::FindString(p, {"metadata", "name"})));
+        if (r.ok() && r->status != 404 && (r->status < 200 || r->status >= 300)) st = kube::ApiError(*r, "deleting a pod");
+        if (!r.ok()) st = r.status();
+      }
+    }
+  } else {
+    st = pods.status();
+  }
+  // The ConfigMap owns the pods: deleting it also reaches pods not listed.
+  for (const auto& ns : namespaces) {
+    auto r = client_->Call("DELETE", StrCat("/api/v1/namespaces/", ns, "/configmaps/", names.configmap));
+    if (!r.ok()) st = r.status();
+  }
+  if (!st.ok()) {
+    spdlog::warn("kubernetes: releasing hold {}: {}", names.id, std::string(st.message()));
+  }
+  return st;
 }
 
 }  // namespace fedgate::gateway

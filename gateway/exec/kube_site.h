@@ -8,6 +8,8 @@
 #pragma once
 
 #include <chrono>
+#include <map>
+#include <utility>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -24,10 +26,28 @@ namespace fedgate::gateway {
 
 class KubeCluster {
  public:
-  KubeCluster(KubernetesConfig config, std::unique_ptr<kube::KubeClient> client);
+  KubeCluster(KubernetesConfig config, std::unique_ptr<kube::KubeClient> client,
+              std::string site = "");
   // The kubeconfig (or the in-cluster account) read and checked: a file that
   // cannot be used is a config error; a server that does not answer is not.
-  static absl::StatusOr<std::unique_ptr<KubeCluster>> Connect(const KubernetesConfig& config);
+  static absl::StatusOr<std::unique_ptr<KubeCluster>> Connect(const KubernetesConfig& config,
+                                                              const std::string& site);
+
+  // A slice's hold made real (kube_objects.h): its ConfigMap, and a pod per
+  // node bound there with `gpus` GPU containers, each admitted by its
+  // kubelet within `admit_timeout`. On any refusal (quota: 403, the
+  // kubelet: OutOfnvidia.com/gpu, the API: an error) what was created is
+  // deleted and the refusal returned. `name` is fedgate-<job>-<attempt>.
+  absl::StatusOr<uint64_t> ReserveHold(const std::string& name,
+                                       const std::map<std::string, uint32_t>& gpus,
+                                       const std::string& tenant,
+                                       std::chrono::milliseconds admit_timeout);
+  // Deletes the hold's pods (with their grace period) and its ConfigMap.
+  absl::Status ReleaseHold(uint64_t id);
+  // The namespace a tenant's pods run in.
+  std::string NamespaceFor(const std::string& tenant) const;
+  // What fedgate-kube-rank needs to reach the API server, as environment.
+  std::vector<std::pair<std::string, std::string>> AttachEnv() const;
 
   // Lists nodes and pods again, unless backing off after a failure (then the
   // last error). On failure the site offers nothing until it succeeds.
@@ -40,8 +60,11 @@ class KubeCluster {
 
  private:
   absl::Status Fetch(std::vector<kube::KubeNode>* out, std::string* retry_after) const;
+  absl::Status WaitAdmitted(const std::string& ns, const std::string& pod,
+                            std::chrono::steady_clock::time_point deadline) const;
   KubernetesConfig config_;
   std::unique_ptr<kube::KubeClient> client_;
+  std::string site_;
   mutable std::mutex mu_;
   std::vector<kube::KubeNode> nodes_ ABSL_GUARDED_BY(mu_);
   bool listed_ ABSL_GUARDED_BY(mu_) = false;

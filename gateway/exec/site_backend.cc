@@ -2,11 +2,15 @@
 
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <future>
 
 #include "base/str_cat.h"
 #include "gateway/exec/kube_site.h"
 #include "gateway/exec/slurm.h"
+#include "gateway/kube/kube_objects.h"
 
 namespace fedgate::gateway {
 namespace {
@@ -111,7 +115,12 @@ class SlurmBackend final : public SiteBackend {
 
 class KubeBackend final : public SiteBackend {
  public:
-  explicit KubeBackend(KubeCluster* cluster) : cluster_(cluster) {}
+  explicit KubeBackend(KubeCluster* cluster) : cluster_(cluster) {
+    std::error_code ec;
+    const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (!ec) attach_ = (self.parent_path() / "fedgate-kube-rank").string();
+    if (!attach_.empty() && ::access(attach_.c_str(), X_OK) != 0) attach_.clear();
+  }
   std::string Kind() const override { return "kubernetes"; }
 
   absl::StatusOr<std::optional<std::vector<NodeState>>> Nodes() override {
@@ -130,21 +139,56 @@ class KubeBackend final : public SiteBackend {
     return out;
   }
 
-  absl::StatusOr<Allocs> Reserve(const std::string&, const std::map<std::string, uint32_t>&,
-                                 const std::string&, const RankUser&) override {
-    return absl::UnimplementedError(
-        "kubernetes executor: holds and ranks as pods are not built yet (this site only "
-        "advertises what its cluster has free)");
+  absl::StatusOr<Allocs> Reserve(const std::string& name,
+                                 const std::map<std::string, uint32_t>& gpus,
+                                 const std::string& tenant, const RankUser&) override {
+    // Within the coordinator's Prepare deadline: kubelets admit in well
+    // under a second.
+    auto id = cluster_->ReserveHold(name, gpus, tenant, std::chrono::seconds(3));
+    if (!id.ok()) return id.status();
+    Allocs allocs;
+    for (const auto& [node, n] : gpus) allocs[node] = {*id, n};
+    return allocs;
   }
+
+  // Each rank is its container in the hold's pod on `node`, followed by
+  // fedgate-kube-rank under the shim: it writes the rank's script at the
+  // commit, streams the container's log, stops it with the grace period
+  // and exits with its code (so logs, stop and re-attach are the shim's).
   absl::StatusOr<std::vector<std::string>> RankCommand(
-      const Allocs&, const std::string&, const std::string&, const std::vector<std::string>&,
-      std::vector<std::pair<std::string, std::string>>*) const override {
-    return absl::UnimplementedError("kubernetes executor: ranks as pods are not built yet");
+      const Allocs& allocs, const std::string& node, const std::string&,
+      const std::vector<std::string>& command,
+      std::vector<std::pair<std::string, std::string>>* env) const override {
+    auto a = allocs.find(node);
+    if (a == allocs.end()) {
+      return absl::FailedPreconditionError(StrCat("no Kubernetes hold on node ", node));
+    }
+    if (attach_.empty()) {
+      return absl::FailedPreconditionError("fedgate-kube-rank is not beside fedgate");
+    }
+    std::string local = "0";
+    for (const auto& [k, v] : *env) {
+      if (k == "LOCAL_RANK") local = v;
+    }
+    // The device plugin gives each container its one GPU: device 0 there.
+    for (auto& [k, v] : *env) {
+      if (k == "CUDA_VISIBLE_DEVICES") v = "0";
+    }
+    for (auto& kv : cluster_->AttachEnv()) env->push_back(std::move(kv));
+    std::vector<std::string> argv = {attach_, "--hold", kube::HoldId(a->second.first), "--node", node,
+                                     "--container", "rank-" + local, "--"};
+    argv.insert(argv.end(), command.begin(), command.end());
+    return argv;
   }
-  void Release(const Allocs&) override {}
+
+  void Release(const Allocs& allocs) override {
+    if (allocs.empty()) return;
+    (void)cluster_->ReleaseHold(allocs.begin()->second.first);
+  }
 
  private:
   KubeCluster* cluster_;
+  std::string attach_;  // fedgate-kube-rank beside fedgate
 };
 
 }  // namespace

@@ -7,8 +7,9 @@
 // Both run each rank's command under the process executor's fedgate-shim,
 // so both are stopped with a grace period, read by log offset, and
 // re-attached after a gateway restart.
-//   kubernetes  nodes and free GPUs from the API server (kube_site.h); holds
-//            and ranks as pods are not built yet: Reserve refuses, saying so.
+//   kubernetes  nodes and free GPUs from the API server; the hold is a pod per
+//            node bound there with GPU limits, each rank a container of it
+//            (kube_objects.h), followed under the shim by fedgate-kube-rank.
 #pragma once
 
 #include <cstdint>

@@ -73,7 +73,7 @@ absl::StatusOr<std::unique_ptr<KubeClient>> KubeClient::Make(KubeAccess access,
 
 namespace {
 
-using Stream = beast::ssl_stream<beast::tcp_stream>;
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
 
 // Runs one asynchronous operation to its end. Asynchronous because only
 // those honour tcp_stream's deadline (expires_after); synchronous reads
@@ -94,7 +94,7 @@ absl::Status Transport(const std::string& server, const char* step, const boost:
 }
 
 // Connects and shakes hands within the connect deadline.
-absl::Status Open(asio::io_context& io, Stream& s, const std::string& host, const std::string& port,
+absl::Status Open(asio::io_context& io, TlsStream& s, const std::string& host, const std::string& port,
                   const std::string& server, std::chrono::milliseconds connect_timeout,
                   bool verify) {
   boost::system::error_code ec;
@@ -129,7 +129,7 @@ absl::StatusOr<KubeResponse> KubeClient::Call(const std::string& method, const s
                                               const std::string& body,
                                               const std::string& content_type) const {
   asio::io_context io;
-  Stream s(io, impl_->ctx);
+  TlsStream s(io, impl_->ctx);
   if (auto st = Open(io, s, impl_->host, impl_->port, access_.server, options_.connect_timeout,
                      !access_.insecure_skip_verify);
       !st.ok()) {
@@ -169,8 +169,23 @@ absl::StatusOr<KubeResponse> KubeClient::Call(const std::string& method, const s
 
 absl::StatusOr<int> KubeClient::Watch(const std::string& path, std::chrono::milliseconds timeout,
                                       const std::function<bool(const Json& event)>& on_event) const {
+  std::string pending;
+  return Stream(path, timeout, [&](std::string_view bytes) {
+    pending.append(bytes);
+    size_t used = 0;
+    for (size_t nl; (nl = pending.find('\n', used)) != std::string::npos; used = nl + 1) {
+      auto ev = ParseJson(std::string_view(pending).substr(used, nl - used));
+      if (ev.ok() && !on_event(*ev)) return false;
+    }
+    pending.erase(0, used);
+    return true;
+  });
+}
+
+absl::StatusOr<int> KubeClient::Stream(const std::string& path, std::chrono::milliseconds timeout,
+                                       const std::function<bool(std::string_view bytes)>& on_bytes) const {
   asio::io_context io;
-  Stream s(io, impl_->ctx);
+  TlsStream s(io, impl_->ctx);
   if (auto st = Open(io, s, impl_->host, impl_->port, access_.server, options_.connect_timeout,
                      !access_.insecure_skip_verify);
       !st.ok()) {
@@ -179,7 +194,6 @@ absl::StatusOr<int> KubeClient::Watch(const std::string& path, std::chrono::mill
   http::request<http::empty_body> req{http::verb::get, path, 11};
   req.set(http::field::host, impl_->host);
   req.set(http::field::user_agent, "fedgate");
-  req.set(http::field::accept, "application/json");
   if (auto token = CurrentToken(access_); !token.empty()) {
     req.set(http::field::authorization, "Bearer " + token);
   }
@@ -189,39 +203,39 @@ absl::StatusOr<int> KubeClient::Watch(const std::string& path, std::chrono::mill
   ec = Sync(io, [&](auto h) { http::async_write(s, req, h); });
   if (ec) return Transport(access_.server, "send", ec);
   beast::flat_buffer buf;
-  http::response_parser<http::string_body> parser;
+  http::response_parser<http::buffer_body> parser;
   parser.body_limit(boost::none);
   ec = Sync(io, [&](auto h) { http::async_read_header(s, buf, parser, h); });
-  if (ec) return Transport(access_.server, StrCat("watch ", path).c_str(), ec);
+  if (ec) return Transport(access_.server, StrCat("GET ", path).c_str(), ec);
   const int status = static_cast<int>(parser.get().result_int());
-  if (status != 200) {
-    ec = Sync(io, [&](auto h) { http::async_read(s, buf, parser, h); });
-    KubeResponse r;
-    r.status = status;
-    r.body = parser.get().body();
-    r.retry_after = std::string(parser.get()[http::field::retry_after]);
-    return ApiError(r, StrCat("watch ", path));
-  }
-  size_t used = 0;
+  std::string error_body;
+  char chunk[64 * 1024];
   while (!parser.is_done()) {
+    parser.get().body().data = chunk;
+    parser.get().body().size = sizeof(chunk);
     ec = Sync(io, [&](auto h) { http::async_read_some(s, buf, parser, h); });
-    if (ec == beast::error::timeout) return 200;  // the watch ran its time
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec == beast::error::timeout) break;  // it ran its time
     if (ec) {
       if (ec == http::error::end_of_stream || ec == asio::error::eof ||
           ec == asio::ssl::error::stream_truncated) {
         break;
       }
-      return Transport(access_.server, "watch", ec);
+      return Transport(access_.server, StrCat("GET ", path).c_str(), ec);
     }
-    auto& body = parser.get().body();
-    for (size_t nl; (nl = body.find('\n', used)) != std::string::npos; used = nl + 1) {
-      auto ev = ParseJson(std::string_view(body).substr(used, nl - used));
-      if (ev.ok() && !on_event(*ev)) return 200;
+    const size_t n = sizeof(chunk) - parser.get().body().size;
+    if (status != 200) {
+      if (error_body.size() < 64 * 1024) error_body.append(chunk, n);
+    } else if (n > 0 && !on_bytes(std::string_view(chunk, n))) {
+      break;
     }
-    if (used > (1 << 20)) {
-      body.erase(0, used);
-      used = 0;
-    }
+  }
+  if (status != 200) {
+    KubeResponse r;
+    r.status = status;
+    r.body = error_body;
+    r.retry_after = std::string(parser.get()[http::field::retry_after]);
+    return ApiError(r, StrCat("GET ", path));
   }
   return 200;
 }

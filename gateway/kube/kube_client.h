@@ -46,8 +46,14 @@ class KubeClient {
   // `timeout` passes (then OK). An HTTP error answer is returned as its status.
   absl::StatusOr<int> Watch(const std::string& path, std::chrono::milliseconds timeout,
                             const std::function<bool(const Json& event)>& on_event) const;
+  // GET `path` and hands the body to `on_bytes` as it arrives (pods/log
+  // with follow=true), until it returns false, the server ends the body or
+  // `timeout` passes (then OK). An HTTP error answer is returned as its status.
+  absl::StatusOr<int> Stream(const std::string& path, std::chrono::milliseconds timeout,
+                             const std::function<bool(std::string_view bytes)>& on_bytes) const;
 
   const std::string& server() const { return access_.server; }
+  const KubeAccess& access() const { return access_; }
 
  private:
   struct Impl;

@@ -10,6 +10,7 @@
 #include "gateway/exec/kube_site.h"
 #include "tests/support/fake_kube/fake_kube_server.h"
 #include "tests/support/jobs_fixture.h"
+#include "tests/support/process.h"
 
 namespace fedgate::testing {
 namespace {
@@ -36,8 +37,10 @@ void Populate(KubeClient& c) {
     auto r = c.Call("POST", "/api/v1/nodes", body);
     ASSERT_TRUE(r.ok() && r->status == 201) << (r.ok() ? r->body : r.status().ToString());
   }
-  auto ns = c.Call("POST", "/api/v1/namespaces", R"({"metadata":{"name":"team-x"}})");
-  ASSERT_TRUE(ns.ok() && ns->status == 201);
+  for (const char* name : {"team-x", "fedgate-jobs"}) {
+    auto ns = c.Call("POST", "/api/v1/namespaces", std::string(R"({"metadata":{"name":")") + name + "\"}}");
+    ASSERT_TRUE(ns.ok() && ns->status == 201);
+  }
   auto pod = c.Call("POST", "/api/v1/namespaces/team-x/pods",
                     R"({"metadata":{"name":"foreign"},"spec":{"nodeName":"kn-2","containers":[
                         {"name":"c","image":"i","command":["sleep","600"],
@@ -115,44 +118,68 @@ TEST(KubeSite, AFailingServerIsRetriedWithBackoffAndTheSiteOffersNothingMeanwhil
   EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(2900));
 }
 
-class KubeFederationTest : public JobsTest {};
+// A process site and Kubernetes sites on fake-kube-apiserver (run as its
+// own program, pods as fedgate-rank).
+class KubeFederationTest : public JobsTest {
+ protected:
+  void StartApi() {
+    api_ = Process::Spawn({FAKE_KUBE_BIN, "--listen", "127.0.0.1:0", "--token", "fed-token",
+                           "--log-dir", fed_.shared_dir() + "/pods", "--run-as", "fedgate-rank"},
+                          dir_ / "api.log");
+    ASSERT_TRUE(Eventually(
+        [&] { return ReadText(dir_ / "api.log").find("listening on") != std::string::npos; }, 10000));
+    const std::string out = ReadText(dir_ / "api.log");
+    const auto at = out.find("https://");
+    url_ = out.substr(at, out.find('\n', at) - at);
+    KubeAccess a;
+    a.server = url_;
+    a.token = "fed-token";
+    a.insecure_skip_verify = true;
+    api_client_ = std::move(*KubeClient::Make(a));
+    Populate(*api_client_);
+  }
+  std::string Kubeconfig(const std::string& file, const std::string& token) {
+    WriteText(dir_ / file, "apiVersion: v1\nkind: Config\ncurrent-context: fake\ncontexts:\n"
+                           "- name: fake\n  context: {cluster: fake, user: gw}\nclusters:\n"
+                           "- name: fake\n  cluster: {server: \"" + url_ + "\", insecure-skip-tls-verify: true}\n"
+                           "users:\n- name: gw\n  user: {token: " + token + "}\n");
+    return dir_ / file;
+  }
+  void AddKubeSite(const std::string& site, const std::string& token, std::vector<std::string> peers) {
+    SiteOptions k;
+    k.site = site;
+    k.peers = std::move(peers);
+    k.inventory_source = "kubernetes";
+    k.jobs_lease = "10s";  // Prepare and Commit make pods
+    k.extra_yaml = "executor: {kind: kubernetes, work_dir: " + fed_.work_root() + "/" + site +
+                   "}\nkubernetes: {kubeconfig: " + Kubeconfig(site + ".kubeconfig", token) +
+                   ", node_selector: {fedgate.io/pool: \"true\"}, image: busybox}\n";
+    fed_.AddSite(k);
+  }
+  // The job's pods in fedgate-jobs.
+  std::vector<gateway::kube::Json> Pods(const std::string& job) {
+    auto l = JsonOf(api_client_->Call("GET", "/api/v1/namespaces/fedgate-jobs/pods?labelSelector=fedgate.io%2Fjob%3D" + job),
+                    "pods");
+    std::vector<gateway::kube::Json> out;
+    if (!l.ok()) return out;
+    for (const auto& p : gateway::kube::Find(*l, {"items"})->list_value().values()) out.push_back(p);
+    return out;
+  }
+  TempDir dir_;
+  std::unique_ptr<Process> api_;
+  std::string url_;
+  std::unique_ptr<KubeClient> api_client_;
+};
 
 // The judged inventory: a process site and a Kubernetes site (two nodes of
 // 4 GPUs, one already held by a foreign pod) in one federation; the process
 // site sees 7 free GPUs there. A site whose API server refuses it keeps
 // running, offers nothing, and says why in its log and /readyz.
 TEST_F(KubeFederationTest, AKubernetesSiteAdvertisesWhatItsClusterHasFree) {
-  TempDir dir;
-  auto api = Process::Spawn(
-      {FAKE_KUBE_BIN, "--listen", "127.0.0.1:0", "--token", "fed-token", "--log-dir", dir / "pods"},
-      dir / "api.log");
-  ASSERT_TRUE(Eventually([&] { return ReadText(dir / "api.log").find("listening on") != std::string::npos; }, 10000));
-  const std::string out = ReadText(dir / "api.log");
-  const std::string url = out.substr(out.find("https://"), out.find('\n', out.find("https://")) - out.find("https://"));
-  KubeAccess a;
-  a.server = url;
-  a.token = "fed-token";
-  a.insecure_skip_verify = true;
-  Populate(**KubeClient::Make(a));
-  const auto kubeconfig = [&](const std::string& file, const std::string& token) {
-    WriteText(dir / file, "apiVersion: v1\nkind: Config\ncurrent-context: fake\ncontexts:\n"
-                          "- name: fake\n  context: {cluster: fake, user: gw}\nclusters:\n"
-                          "- name: fake\n  cluster: {server: \"" + url + "\", insecure-skip-tls-verify: true}\n"
-                          "users:\n- name: gw\n  user: {token: " + token + "}\n");
-    return dir / file;
-  };
-
+  StartApi();
   AddSite("site-a", {"site-k", "site-r"}, 2);
-  for (const auto& [site, token] : {std::pair{"site-k", "fed-token"}, std::pair{"site-r", "wrong-token"}}) {
-    SiteOptions k;
-    k.site = site;
-    k.peers = {"site-a"};
-    k.inventory_source = "kubernetes";
-    k.extra_yaml = "executor: {kind: kubernetes, work_dir: " + fed_.work_root() + "/" + site +
-                   "}\nkubernetes: {kubeconfig: " + kubeconfig(std::string(site) + ".kubeconfig", token) +
-                   ", node_selector: {fedgate.io/pool: \"true\"}}\n";
-    fed_.AddSite(k);
-  }
+  AddKubeSite("site-k", "fed-token", {"site-a"});
+  AddKubeSite("site-r", "wrong-token", {"site-a"});
   fed_.StartAll();
   ASSERT_TRUE(Eventually([&] { return Free("site-a", "site-k") == 7; }, 15000))
       << "free at site-k: " << Free("site-a", "site-k") << "\n" << fed_.log("site-k");
@@ -165,10 +192,45 @@ TEST_F(KubeFederationTest, AKubernetesSiteAdvertisesWhatItsClusterHasFree) {
   int status = 0;
   const std::string ready = HttpGet(fed_.ops_port("site-r"), "/readyz", &status);
   EXPECT_EQ(status, 503);
-  EXPECT_NE(ready.find(url), std::string::npos) << ready;
+  EXPECT_NE(ready.find(url_), std::string::npos) << ready;
   EXPECT_NE(ready.find("HTTP 401"), std::string::npos) << ready;
-  EXPECT_NE(fed_.log("site-r").find("kubernetes: API server " + url), std::string::npos);
+  EXPECT_NE(fed_.log("site-r").find("kubernetes: API server " + url_), std::string::npos);
   EXPECT_TRUE(fed_.WaitReady("site-k", 5000));
+}
+
+// One federation for the rest, in order: a 10-GPU job stitched across the
+// process site (3) and the Kubernetes site (7) as one world; then kill -9 of
+// the Kubernetes site's gateway mid-job; then cancel.
+TEST_F(KubeFederationTest, JobsRunAsPodsAcrossSitesSurviveAGatewayRestartAndCancelDeletesThem) {
+  StartApi();
+  AddSite("site-a", {"site-k"}, 3);
+  AddKubeSite("site-k", "fed-token", {"site-a"});
+  fed_.StartAll();
+  ASSERT_TRUE(Eventually([&] { return Free("site-a", "site-k") == 7; }, 15000)) << fed_.log("site-k");
+  {
+    SCOPED_TRACE("a 10-GPU world across a process site and a Kubernetes site");
+    const std::string id = Submit("site-a", "name: ar\ngpus: 10\ncommand: [" + std::string(FEDGATE_ALLREDUCE_BIN) + "]\n");
+    ASSERT_TRUE(WaitState("site-a", id, v1::Job::SUCCEEDED, 60000))
+        << Get("site-a", id).reason() << fed_.log("site-k") << ReadText(dir_ / "api.log");
+    const v1::Job job = Get("site-a", id);
+    EXPECT_EQ(job.run().sites_size(), 2);
+    // Every rank is in one world of 10 and reduced the same sum; the ranks of
+    // site-k ran in its pods and their logs come through fedctl.
+    int on_k = 0;
+    for (int r = 0; r < 10; ++r) {
+      auto log = RunCommand({FedctlBin(), "--gateway", fed_.endpoint("site-a"), "--tls-dir", tmp_ / "alice",
+                             "jobs", "logs", id, "--rank", std::to_string(r)});
+      ASSERT_EQ(log.exit_code, 0) << log.err;
+      EXPECT_NE(log.out.find("rank " + std::to_string(r) + "/10: site "), std::string::npos) << log.out;
+      EXPECT_NE(log.out.find("allreduce of 65536 doubles OK"), std::string::npos) << log.out;
+      on_k += log.out.find("site site-k") != std::string::npos;
+    }
+    EXPECT_EQ(on_k, 7);
+    // Its pods: one per node, a container of one GPU per rank, the rank's
+    // environment in the slice's ConfigMap.
+    const auto pods = Pods(id);
+    ASSERT_EQ(pods.size(), 0u) << "the slice's pods are deleted once it ended";
+  }
 }
 
 }  // namespace

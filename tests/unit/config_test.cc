@@ -269,11 +269,54 @@ TEST(ConfigSlurm, ASiteOnSlurmNamesNoNodes) {
                                        "slurm: {partition: gpu}\n",
                                 dir.path(), "fedgate.yaml");
   ASSERT_FALSE(with_nodes.ok());
-  EXPECT_NE(with_nodes.status().message().find("Slurm lists the nodes"), std::string::npos);
+  EXPECT_NE(with_nodes.status().message().find("not given with source slurm: its API lists the nodes"),
+            std::string::npos);
   auto no_block = ParseConfig(head + "inventory: {source: slurm}\nexecutor: {kind: slurm}\n",
                               dir.path(), "fedgate.yaml");
   ASSERT_FALSE(no_block.ok());
   EXPECT_NE(no_block.status().message().find("\"slurm\""), std::string::npos);
+}
+
+TEST(ConfigKubernetes, ASiteOnKubernetesReadsItsSectionAndNamesWhatIsWrong) {
+  testing::TempDir dir;
+  for (const char* f : {"ca.pem", "cert.pem", "key.pem"}) testing::WriteText(dir / f, "x");
+  const std::string head =
+      "site: cn-shanghai\nfederation: aidc\nlisten: {grpc: 0.0.0.0:7443}\n"
+      "tls: {ca: ca.pem, cert: cert.pem, key: key.pem}\n"
+      "inventory: {source: kubernetes}\nexecutor: {kind: kubernetes}\n";
+  auto c = ParseConfig(head + "kubernetes: {kubeconfig: kc.yaml, namespace: gpu-jobs, "
+                              "node_selector: {fedgate.io/pool: \"true\"}, image: img:1, "
+                              "host_network: true, tenant_namespaces: {team-a: team-vision}}\n",
+                       dir.path(), "fedgate.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->nodes.empty());
+  EXPECT_EQ(c->kubernetes.kubeconfig, dir / "kc.yaml");  // relative to the config's folder
+  EXPECT_EQ(c->kubernetes.namespace_, "gpu-jobs");
+  EXPECT_EQ(c->kubernetes.node_selector.at("fedgate.io/pool"), "true");
+  EXPECT_EQ(c->kubernetes.gpu_model_label, "nvidia.com/gpu.product");  // the default
+  EXPECT_EQ(c->kubernetes.image, "img:1");
+  EXPECT_TRUE(c->kubernetes.host_network);
+  EXPECT_EQ(c->kubernetes.tenant_namespaces.at("team-a"), "team-vision");
+  const auto error = [&](const std::string& text) {
+    auto bad = ParseConfig(text, dir.path(), "fedgate.yaml");
+    EXPECT_FALSE(bad.ok()) << text;
+    return bad.ok() ? std::string() : std::string(bad.status().message());
+  };
+  EXPECT_NE(error(head).find("\"kubernetes\" (kubeconfig, namespace, node_selector) is needed"),
+            std::string::npos);
+  EXPECT_NE(error(head + "kubernetes: {namespace: Bad_NS}\n").find("not a valid namespace"), std::string::npos);
+  EXPECT_NE(error(head + "kubernetes: {node_selector: {a: \"x y\"}}\n").find("is not a label value"),
+            std::string::npos);
+  EXPECT_NE(error(head + "kubernetes: {tenant_namespaces: {team-a: \"NS\"}}\n").find("not a valid namespace"),
+            std::string::npos);
+  EXPECT_NE(error(head + "kubernetes: {kubeconfig: kc, secrets: yes}\n").find("unknown key \"kubernetes.secrets\""),
+            std::string::npos);
+  EXPECT_NE(error(head + "kubernetes: {host_network: maybe}\n").find("\"kubernetes.host_network\" must be"),
+            std::string::npos);
+  // The executor and the inventory go together.
+  auto half = head;
+  half.replace(half.find("executor: {kind: kubernetes}"), 28, "executor: {kind: process}");
+  EXPECT_NE(error(half + "kubernetes: {}\n").find("go together"), std::string::npos);
 }
 
 }  // namespace

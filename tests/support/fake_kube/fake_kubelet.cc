@@ -8,6 +8,8 @@
 #include <chrono>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "base/str_cat.h"
 #include "gateway/kube/kube_nodes.h"
@@ -101,11 +103,53 @@ std::string FakeKubelet::Admit(const Key& pod, const Json& obj) {
   return "";
 }
 
+std::string FakeKubelet::VolumeDir(const Key& pod, const std::string& volume) const {
+  return StrCat(log_dir_, "/volumes/", pod.ns, "_", pod.name, "/", volume);
+}
+
+void FakeKubelet::SyncVolumes(const Key& pod, const Json& obj) {
+  const Json* vols = Find(obj, {"spec", "volumes"});
+  if (!vols || !vols->has_list_value()) return;
+  for (const auto& v : vols->list_value().values()) {
+    const std::string cm = FindString(v, {"configMap", "name"});
+    if (cm.empty()) continue;
+    const std::string dir = VolumeDir(pod, FindString(v, {"name"}));
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    std::filesystem::permissions(dir, std::filesystem::perms(0755), ec);
+    auto data = store_->Get(Key{"configmaps", pod.ns, cm});
+    const Json* d = data ? Find(*data, {"data"}) : nullptr;
+    if (!d || !d->has_struct_value()) continue;
+    for (const auto& [k, val] : d->struct_value().fields()) {
+      const std::string path = dir + "/" + k;
+      std::ifstream in(path, std::ios::binary);
+      std::string now((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      if (in && now == val.string_value()) continue;
+      // Whole files only, as the kubelet's atomic writer swaps them.
+      std::ofstream(path + ".tmp", std::ios::binary) << val.string_value();
+      std::filesystem::permissions(path + ".tmp", std::filesystem::perms(0644), ec);
+      std::filesystem::rename(path + ".tmp", path, ec);
+    }
+  }
+}
+
 pid_t FakeKubelet::Spawn(const Key& pod, const Json& c, const std::string& log) {
   std::vector<std::string> argv;
   for (const char* f : {"command", "args"}) {
     if (const Json* l = Find(c, {f}); l && l->has_list_value()) {
       for (const auto& a : l->list_value().values()) argv.push_back(a.string_value());
+    }
+  }
+  if (const Json* mounts = Find(c, {"volumeMounts"}); mounts && mounts->has_list_value()) {
+    for (const auto& m : mounts->list_value().values()) {
+      const std::string from = FindString(m, {"mountPath"});
+      const std::string to = VolumeDir(pod, FindString(m, {"name"}));
+      if (from.empty()) continue;
+      for (auto& a : argv) {
+        for (size_t at = 0; (at = a.find(from, at)) != std::string::npos; at += to.size()) {
+          a.replace(at, from.size(), to);
+        }
+      }
     }
   }
   if (argv.empty()) argv = {"sleep", "infinity"};  // no image entrypoint here: a pause container
@@ -168,6 +212,7 @@ void FakeKubelet::Run(Key pod) {
     *Mutable(s, {"startTime"}) = Str(started);
   });
   bool failed = false;
+  SyncVolumes(pod, *obj);
   const auto stopping = [&] {
     std::lock_guard lock(mu_);
     return closing_ || stopping_.contains(pod);
@@ -191,7 +236,10 @@ void FakeKubelet::Run(Key pod) {
       *Mutable(s, {"initContainerStatuses"}) = now;
     });
     int ws = 0;
-    ::waitpid(pid, &ws, 0);
+    while (::waitpid(pid, &ws, WNOHANG) != pid) {
+      SyncVolumes(pod, *obj);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
     const int code = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
     *Append(&init_statuses) = Status(name, Terminated(code, started));
     set_status([&](Json* s) { *Mutable(s, {"initContainerStatuses"}) = init_statuses; });
@@ -236,6 +284,7 @@ void FakeKubelet::Run(Key pod) {
         }
       }
       if (done < 0) {
+        SyncVolumes(pod, *obj);
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
         continue;
       }
