@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <set>
 #include <thread>
 
 #include "gateway/exec/kube_site.h"
@@ -226,11 +227,120 @@ TEST_F(KubeFederationTest, JobsRunAsPodsAcrossSitesSurviveAGatewayRestartAndCanc
       on_k += log.out.find("site site-k") != std::string::npos;
     }
     EXPECT_EQ(on_k, 7);
-    // Its pods: one per node, a container of one GPU per rank, the rank's
-    // environment in the slice's ConfigMap.
-    const auto pods = Pods(id);
-    ASSERT_EQ(pods.size(), 0u) << "the slice's pods are deleted once it ended";
+    EXPECT_TRUE(Eventually([&] { return Pods(id).empty(); }, 10000)) << "a slice's pods go when it ended";
   }
+  {
+    SCOPED_TRACE("kill -9 of the Kubernetes site's gateway mid-job: the pods are re-attached");
+    const std::string id = Submit("site-a", "name: long\ngpus: 10\ncommand: [sh, -c, 'echo start $RANK; "
+                                            "sleep 6; echo done $RANK']\n");
+    ASSERT_TRUE(WaitState("site-a", id, v1::Job::RUNNING, 30000)) << Get("site-a", id).reason();
+    // One pod per node, one container of one GPU per rank, the labels, the
+    // restricted security context; each rank's environment in the ConfigMap.
+    ASSERT_TRUE(Eventually([&] { return Pods(id).size() == 2; }, 10000));
+    std::multiset<size_t> containers;
+    for (const auto& p : Pods(id)) {
+      using gateway::kube::Find;
+      using gateway::kube::FindString;
+      EXPECT_EQ(FindString(p, {"metadata", "labels", "fedgate.io/attempt"}), "1");
+      EXPECT_EQ(FindString(p, {"spec", "restartPolicy"}), "Never");
+      EXPECT_TRUE(Find(p, {"spec", "securityContext", "runAsNonRoot"})->bool_value());
+      ASSERT_NE(Find(p, {"metadata", "ownerReferences"}), nullptr);
+      const auto& cs = Find(p, {"spec", "containers"})->list_value().values();
+      containers.insert(cs.size());
+      for (const auto& c : cs) {
+        EXPECT_EQ(FindString(c, {"resources", "limits", "nvidia.com/gpu"}), "1");
+        EXPECT_EQ(FindString(c, {"image"}), "busybox");
+      }
+    }
+    EXPECT_EQ(containers, (std::multiset<size_t>{3, 4}));
+    auto cms = JsonOf(api_client_->Call("GET", "/api/v1/namespaces/fedgate-jobs/configmaps?labelSelector=fedgate.io%2Fjob%3D" + id),
+                      "configmaps");
+    ASSERT_TRUE(cms.ok());
+    const auto& items = gateway::kube::Find(*cms, {"items"})->list_value().values();
+    ASSERT_EQ(items.size(), 1);
+    std::string scripts;
+    for (const auto& [k, v] : gateway::kube::Find(items[0], {"data"})->struct_value().fields()) scripts += v.string_value();
+    for (int r = 3; r < 10; ++r) {
+      EXPECT_NE(scripts.find("export RANK='" + std::to_string(r) + "'"), std::string::npos) << scripts;
+    }
+    EXPECT_NE(scripts.find("export WORLD_SIZE='10'"), std::string::npos);
+    EXPECT_NE(scripts.find("export CUDA_VISIBLE_DEVICES='0'"), std::string::npos);
+    EXPECT_EQ(scripts.find("FEDGATE_KUBE_TOKEN"), std::string::npos) << "the API token stays out of the pods";
+
+    fed_.Kill("site-k");
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    fed_.Start("site-k");
+    ASSERT_TRUE(WaitState("site-a", id, v1::Job::SUCCEEDED, 60000)) << Get("site-a", id).reason() << fed_.log("site-k");
+    EXPECT_EQ(Get("site-a", id).attempt(), 1u);
+    auto log = RunCommand({FedctlBin(), "--gateway", fed_.endpoint("site-a"), "--tls-dir", tmp_ / "alice",
+                           "jobs", "logs", id, "--rank", "9"});
+    EXPECT_NE(log.out.find("start 9\ndone 9"), std::string::npos) << log.out << log.err;
+  }
+  {
+    SCOPED_TRACE("cancel deletes every pod of the job");
+    const std::string id = Submit("site-a", "name: cancelled\ngpus: 10\ncommand: [sleep, '300']\n");
+    ASSERT_TRUE(WaitState("site-a", id, v1::Job::RUNNING, 30000)) << Get("site-a", id).reason();
+    ASSERT_TRUE(Eventually([&] { return Pods(id).size() == 2; }, 10000));
+    auto r = Alice("site-a", {"jobs", "cancel", id});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_TRUE(WaitState("site-a", id, v1::Job::CANCELLED, 30000));
+    EXPECT_TRUE(Eventually([&] { return Pods(id).empty(); }, 30000)) << Pods(id).size() << " pods left";
+    EXPECT_TRUE(Eventually([&] { return Free("site-a", "site-k") == 7; }, 15000));
+  }
+}
+
+// The hold the cluster respects: from Prepare on, the held GPUs are the
+// hold's pods', so a pod created on the node before the commit is refused by
+// the kubelet; a quota refusal leaves nothing behind and says why.
+TEST(KubeHold, AForeignPodCannotTakeHeldGpusAndARefusedHoldLeavesNothing) {
+  TempDir dir;
+  auto server = FakeKubeServer::Start({"127.0.0.1:0", "tok", dir / "logs"});
+  ASSERT_TRUE(server.ok());
+  KubeAccess a;
+  a.server = "https://127.0.0.1:" + std::to_string((*server)->port());
+  a.token = "tok";
+  a.insecure_skip_verify = true;
+  auto c = *KubeClient::Make(a);
+  Populate(*c);
+  gateway::KubernetesConfig cfg;
+  cfg.tenant_namespaces = {{"vision", "team-x"}};
+  KubeCluster k(cfg, std::move(*KubeClient::Make(a)), "site-k");
+  auto id = k.ReserveHold("fedgate-j-1-1", {{"kn-1", 4}}, "other", std::chrono::seconds(3));
+  ASSERT_TRUE(id.ok()) << id.status();
+  const auto foreign = [&](const std::string& name) {
+    auto r = c->Call("POST", "/api/v1/namespaces/default/pods",
+                     R"({"metadata":{"name":")" + name + R"("},"spec":{"nodeName":"kn-1","containers":[
+                        {"name":"c","image":"i","command":["sleep","30"],
+                         "resources":{"limits":{"nvidia.com/gpu":"1"}}}]}})");
+    EXPECT_TRUE(r.ok() && r->status == 201);
+    std::string phase;
+    Eventually([&] {
+      auto p = JsonOf(c->Call("GET", "/api/v1/namespaces/default/pods/" + name), "pod");
+      phase = p.ok() ? gateway::kube::FindString(*p, {"status", "phase"}) : "";
+      return phase == "Failed" || phase == "Running";
+    }, 5000);
+    return phase;
+  };
+  EXPECT_EQ(foreign("between-prepare-and-commit"), "Failed");
+  ASSERT_TRUE(k.ReleaseHold(*id).ok());
+  EXPECT_TRUE(Eventually([&] {
+    auto l = JsonOf(c->Call("GET", "/api/v1/pods?labelSelector=fedgate.io%2Fhold"), "pods");
+    return l.ok() && gateway::kube::Find(*l, {"items"})->list_value().values_size() == 0;
+  }, 10000));
+  EXPECT_EQ(foreign("after-release"), "Running");
+
+  // A tenant namespace whose quota refuses: the error names it; no pod or
+  // ConfigMap of the hold is left.
+  ASSERT_EQ(c->Call("POST", "/api/v1/namespaces/team-x/resourcequotas",
+                    R"({"metadata":{"name":"gpus"},"spec":{"hard":{"requests.nvidia.com/gpu":"2"}}})")->status,
+            201);
+  auto refused = k.ReserveHold("fedgate-j-2-1", {{"kn-1", 3}}, "vision", std::chrono::seconds(3));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(std::string(refused.status().message()).find("exceeded quota: gpus"), std::string::npos)
+      << refused.status();
+  auto left = JsonOf(c->Call("GET", "/api/v1/namespaces/team-x/configmaps"), "configmaps");
+  ASSERT_TRUE(left.ok());
+  EXPECT_EQ(gateway::kube::Find(*left, {"items"})->list_value().values_size(), 0);
 }
 
 }  // namespace
