@@ -43,7 +43,7 @@ def render_builtin(path):
             cm["metadata"]["namespace"] = g["namespace"]
         docs.append(cm)
     for d in docs:
-        if "namespace" in k and d["kind"] != "Namespace":
+        if "namespace" in k and d["kind"] not in CLUSTER_SCOPED:
             d["metadata"]["namespace"] = k["namespace"]
         for l in k.get("labels", []):
             d["metadata"].setdefault("labels", {}).update(l["pairs"])
@@ -78,9 +78,12 @@ def render(path):
     return render_builtin(path), f"the built-in renderer ({why})"
 
 
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
+
 REQUIRED = {
     "Namespace": [], "ServiceAccount": [], "ConfigMap": ["data"],
     "Role": ["rules"], "RoleBinding": ["roleRef", "subjects"],
+    "ClusterRole": ["rules"], "ClusterRoleBinding": ["roleRef", "subjects"],
     "StatefulSet": ["spec.selector", "spec.serviceName", "spec.template.spec.containers",
                     "spec.volumeClaimTemplates"],
     "Service": ["spec.selector", "spec.ports"],
@@ -184,14 +187,42 @@ def check_overlay(name, docs):
         check(got == want, f"{where}: {np_name} opens {sorted(got)}, want {sorted(want)}")
         check(all(rule.get("from") for rule in np["spec"].get("ingress", [])),
               f"{where}: {np_name} has a rule without 'from' (open to everyone)")
-    # RBAC: read-only, named objects only.
+    # RBAC: in the gateway's namespace read-only, named objects only; a
+    # Kubernetes site adds, in its ranks' namespace, its holds' pods and
+    # ConfigMaps, and cluster-wide read-only nodes and pods. No Secrets but
+    # the named certificate, no wildcards anywhere.
+    kube = cfg.get("inventory", {}).get("source") == "kubernetes"
+    ranks_ns = cfg.get("kubernetes", {}).get("namespace", "fedgate-jobs") if kube else None
     for role in by_kind.get("Role", []):
+        name, ns = role["metadata"]["name"], role["metadata"].get("namespace")
         for rule in role["rules"]:
-            check(set(rule["verbs"]) <= {"get", "list", "watch"}, f"{where}: Role {role['metadata']['name']} may write")
-            check("*" not in rule["resources"] and rule.get("resourceNames"),
-                  f"{where}: Role rules must name their objects")
+            check("*" not in rule["resources"] and "*" not in rule["verbs"], f"{where}: Role {name} has a wildcard")
+            if ns == ranks_ns:
+                check(set(rule["resources"]) <= {"pods", "pods/log", "configmaps"},
+                      f"{where}: Role {name} reaches {rule['resources']} (pods, pods/log, configmaps only)")
+                check(set(rule["verbs"]) <= {"get", "list", "watch", "create", "patch", "delete"},
+                      f"{where}: Role {name} may {rule['verbs']}")
+            else:
+                check(set(rule["verbs"]) <= {"get", "list", "watch"}, f"{where}: Role {name} may write")
+                check(rule.get("resourceNames"), f"{where}: Role rules must name their objects")
+    cluster_roles = by_kind.get("ClusterRole", [])
+    check(bool(cluster_roles) == kube, f"{where}: a ClusterRole only for a Kubernetes site")
+    for role in cluster_roles:
+        for rule in role["rules"]:
+            check(set(rule["resources"]) <= {"nodes", "pods"} and set(rule["verbs"]) <= {"get", "list", "watch"},
+                  f"{where}: ClusterRole {role['metadata']['name']} grants {rule['verbs']} on {rule['resources']}")
+    if kube:
+        check(any(r["metadata"].get("namespace") == ranks_ns for r in by_kind.get("Role", [])),
+              f"{where}: no Role in the ranks' namespace {ranks_ns}")
+        ns_obj = [n for n in by_kind.get("Namespace", []) if n["metadata"]["name"] == ranks_ns]
+        check(ns_obj and ns_obj[0]["metadata"].get("labels", {}).get("pod-security.kubernetes.io/enforce")
+              == "restricted", f"{where}: namespace {ranks_ns} must enforce the restricted Pod Security level")
+        check(not cfg.get("kubernetes", {}).get("host_network"),
+              f"{where}: host_network cannot pass the restricted level")
     sa = one("ServiceAccount")
-    check(sa and sa.get("automountServiceAccountToken") is False, f"{where}: the pod needs no API token")
+    check(sa and sa.get("automountServiceAccountToken") is False, f"{where}: the account mounts no token by default")
+    check(pod["spec"].get("automountServiceAccountToken") is kube,
+          f"{where}: the gateway pod mounts an API token only on a Kubernetes site (in-cluster access)")
     # Alerts: the same rules promtool tests.
     pr = one("PrometheusRule")
     rules = yaml.safe_load(open(os.path.join(REPO, "deploy/prometheus/fedgate.rules.yml")))
