@@ -5,7 +5,9 @@
 #               demo starts (as root; else on the process executor)
 #   cn-shenzhen (2 nodes x 8 H100)
 # peered as a partial mesh (beijing - shanghai - shenzhen; beijing and shenzhen
-# never talk directly). Shows every site's view of the federation, then stops.
+# never talk directly). Shows every site's view of the federation, runs jobs
+# stitched across sites, then adds a Kubernetes site (cn-hangzhou) on
+# fake-kube-apiserver and runs a job across it and cn-beijing, then stops.
 # Installs what is missing and builds first. Honours FEDGATE_BUILD_DIR.
 # FEDGATE_DEMO_CONSOLE=1 serves `fedctl console` at the end, until Ctrl-C.
 set -euo pipefail
@@ -24,7 +26,7 @@ export CCACHE_BASEDIR="$REPO" CCACHE_NOHASHDIR=1
 if [ ! -f "$BUILD/build.ninja" ]; then
   cmake -S "$REPO" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 fi
-cmake --build "$BUILD" -j2 --target fedgate fedctl fedgate-allreduce | grep -vE '^\[|^ninja: (Entering|no work)' || true
+cmake --build "$BUILD" -j2 --target fedgate fedctl fedgate-allreduce fake-kube-apiserver | grep -vE '^\[|^ninja: (Entering|no work)' || true
 FEDGATE="$BUILD/gateway/fedgate"
 FEDCTL="$BUILD/gateway/cli/fedctl"
 ALLREDUCE="$BUILD/deploy/workload/fedgate-allreduce"
@@ -39,6 +41,7 @@ cleanup() {
     say "Stopping the gateways (SIGTERM: each withdraws its ad and exits 0)"
     fed_stop
   fi
+  if [ -n "${KUBE_PID:-}" ]; then kill -TERM "$KUBE_PID" 2>/dev/null; wait "$KUBE_PID" 2>/dev/null || true; fi
   if [ -n "${SLURM_DIR:-}" ]; then
     say "Stopping Slurm"
     slurm_stop
@@ -164,6 +167,90 @@ if timeout 180 "$FEDCTL" --gateway "127.0.0.1:${FED_GRPC[cn-beijing]}" --tls-dir
 else
   echo "the torch job did not succeed (rank 0 below)"; alice jobs logs "$TJOB" --rank 0 || true
 fi
+
+say "A Kubernetes site: cn-hangzhou on fake-kube-apiserver (no API server is packaged for Debian)"
+# Two nodes of 4 A100s lent to the federation (label fedgate.io/pool), one
+# GPU already held by a pod of the cluster's own users. Its pods run as local
+# processes (as fedgate-rank when root), so the ranks really run.
+KUBE_DIR="$FED_RANK_WORK/cn-hangzhou-cluster"
+mkdir -p "$KUBE_DIR" && chmod 755 "$FED_RANK_WORK" "$KUBE_DIR"
+KUBE_TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+run_as=(); [ "$(id -u)" = 0 ] && run_as=(--run-as fedgate-rank)
+"$BUILD/tests/support/fake_kube/fake-kube-apiserver" --listen 127.0.0.1:0 --token "$KUBE_TOKEN" \
+  --log-dir "$KUBE_DIR" "${run_as[@]}" >"$WORK/kube-api.log" 2>&1 &
+KUBE_PID=$!
+for i in $(seq 100); do grep -q 'listening on' "$WORK/kube-api.log" && break; sleep 0.1; done
+KUBE_URL=$(grep -o 'https://[0-9.:]*' "$WORK/kube-api.log")
+kube() { curl -sk -H "Authorization: Bearer $KUBE_TOKEN" -H 'Content-Type: application/json' "$@"; }
+kube -X POST "$KUBE_URL/api/v1/namespaces" -d '{"metadata":{"name":"fedgate-jobs"}}' >/dev/null
+kube -X POST "$KUBE_URL/api/v1/namespaces" -d '{"metadata":{"name":"team-x"}}' >/dev/null
+for n in hz-1 hz-2; do
+  kube -X POST "$KUBE_URL/api/v1/nodes" -d '{"metadata":{"name":"'$n'","labels":{"fedgate.io/pool":"true",
+    "nvidia.com/gpu.product":"A100-80GB"}},"status":{"allocatable":{"nvidia.com/gpu":"4"},
+    "addresses":[{"type":"InternalIP","address":"127.0.0.1"}],"conditions":[{"type":"Ready","status":"True"}]}}' >/dev/null
+done
+kube -X POST "$KUBE_URL/api/v1/namespaces/team-x/pods" -d '{"metadata":{"name":"their-own"},"spec":{"nodeName":"hz-2",
+  "containers":[{"name":"c","image":"i","command":["sleep","3600"],"resources":{"limits":{"nvidia.com/gpu":"1"}}}]}}' >/dev/null
+echo "  API server $KUBE_URL: nodes hz-1, hz-2 (4 GPUs each); team-x/their-own holds 1 GPU on hz-2"
+mkdir -p "$WORK/cn-hangzhou"
+"$FEDCTL" certs issue --ca-dir "$WORK/ca" --out "$WORK/cn-hangzhou/tls" --site cn-hangzhou --role gateway \
+  --dns localhost --ip 127.0.0.1 2>/dev/null
+"$FEDCTL" certs issue --ca-dir "$WORK/ca" --out "$WORK/cn-hangzhou/admin" --site cn-hangzhou --role admin \
+  --name ops 2>/dev/null
+cat >"$WORK/cn-hangzhou/kubeconfig" <<YAML
+apiVersion: v1
+kind: Config
+current-context: fake
+contexts: [{name: fake, context: {cluster: fake, user: fedgate}}]
+clusters: [{name: fake, cluster: {server: "$KUBE_URL", insecure-skip-tls-verify: true}}]
+users: [{name: fedgate, user: {token: $KUBE_TOKEN}}]
+YAML
+HZ_GRPC=$((BASE_PORT + 30))
+FED_GRPC[cn-hangzhou]=$HZ_GRPC
+cat >"$WORK/cn-hangzhou/fedgate.yaml" <<YAML
+site: cn-hangzhou
+federation: aidc
+listen: {grpc: 127.0.0.1:$HZ_GRPC, http: 127.0.0.1:0, ops: 127.0.0.1:0}
+tls: {ca: tls/ca.pem, cert: tls/cert.pem, key: tls/key.pem}
+data_dir: data
+inventory: {source: kubernetes}
+executor: {kind: kubernetes, work_dir: $FED_RANK_WORK/cn-hangzhou}
+kubernetes: {kubeconfig: kubeconfig, namespace: fedgate-jobs, node_selector: {fedgate.io/pool: "true"}}
+peers:
+  - {site: cn-beijing, endpoint: 127.0.0.1:${FED_GRPC[cn-beijing]}}
+advertise: {interval: 1s, ttl: 5s}
+jobs: {lease: 10s}
+YAML
+"$FEDGATE" --config "$WORK/cn-hangzhou/fedgate.yaml" 2>"$WORK/cn-hangzhou/fedgate.log" &
+FED_PIDS[cn-hangzhou]=$!
+fed_admin cn-beijing peers add --site cn-hangzhou --endpoint "127.0.0.1:$HZ_GRPC" >/dev/null
+deadline=$(( $(date +%s) + 60 ))
+until fed_admin cn-beijing -o json capacity 2>/dev/null | python3 -c '
+import json, sys
+sites = {s["site"]: s for s in json.load(sys.stdin)["sites"]}
+sys.exit(0 if sites.get("cn-hangzhou", {}).get("free_gpus") == 7 else 1)'; do
+  if [ "$(date +%s)" -ge $deadline ]; then
+    echo "cn-hangzhou does not offer 7 GPUs; its log:" >&2; tail -20 "$WORK/cn-hangzhou/fedgate.log" >&2; exit 1
+  fi
+  sleep 0.3
+done
+fed_admin cn-beijing capacity
+cat >"$WORK/kube.yaml" <<YAML
+name: allreduce-k8s
+gpus: 12
+gpu_models: [A100-80GB]
+allowed_sites: [cn-beijing, cn-hangzhou]
+command: [$ALLREDUCE]
+YAML
+say "A 12-GPU job across cn-beijing (8, processes) and cn-hangzhou (4, pods)"
+KJOB=$(alice -o json jobs submit -f "$WORK/kube.yaml" | python3 -c 'import json,sys; print(json.load(sys.stdin)["job"]["id"])')
+if ! timeout 120 "$FEDCTL" --gateway "127.0.0.1:${FED_GRPC[cn-beijing]}" --tls-dir "$WORK/alice" jobs watch "$KJOB"; then
+  echo "the Kubernetes job did not succeed: $(alice jobs get "$KJOB")" >&2
+  tail -30 "$WORK/cn-hangzhou/fedgate.log" >&2
+  exit 1
+fi
+alice vc get "$KJOB"
+for r in $(seq 8 11); do alice jobs logs "$KJOB" --rank "$r" | grep 'allreduce'; done
 
 if [ "${FEDGATE_DEMO_CONSOLE:-0}" = 1 ]; then
   say "The browser console as alice (open the URL below; Ctrl-C ends the demo)"
