@@ -237,12 +237,12 @@ done
 fed_admin cn-beijing capacity
 cat >"$WORK/kube.yaml" <<YAML
 name: allreduce-k8s
-gpus: 12
+gpus: 16
 gpu_models: [A100-80GB]
-allowed_sites: [cn-beijing, cn-hangzhou]
+allowed_sites: [cn-beijing, cn-shanghai, cn-hangzhou]
 command: [$ALLREDUCE]
 YAML
-say "A 12-GPU job across cn-beijing (8, processes) and cn-hangzhou (4, pods)"
+say "A 16-GPU world across three kinds of site: cn-beijing (8, processes), cn-shanghai (4, Slurm steps when root) and cn-hangzhou (4, pods)"
 KJOB=$(alice -o json jobs submit -f "$WORK/kube.yaml" | python3 -c 'import json,sys; print(json.load(sys.stdin)["job"]["id"])')
 if ! timeout 120 "$FEDCTL" --gateway "127.0.0.1:${FED_GRPC[cn-beijing]}" --tls-dir "$WORK/alice" jobs watch "$KJOB"; then
   echo "the Kubernetes job did not succeed: $(alice jobs get "$KJOB")" >&2
@@ -250,7 +250,12 @@ if ! timeout 120 "$FEDCTL" --gateway "127.0.0.1:${FED_GRPC[cn-beijing]}" --tls-d
   exit 1
 fi
 alice vc get "$KJOB"
-for r in $(seq 8 11); do alice jobs logs "$KJOB" --rank "$r" | grep 'allreduce'; done
+alice -o json jobs get "$KJOB" | python3 -c '
+import json, sys
+sites = [s["site"] for s in json.load(sys.stdin)["job"]["run"]["sites"]]
+print("  sites of the world:", ", ".join(sites))
+sys.exit(0 if set(sites) == {"cn-beijing", "cn-shanghai", "cn-hangzhou"} else 1)'
+for r in $(seq 0 15); do alice jobs logs "$KJOB" --rank "$r" | grep 'allreduce'; done
 
 if [ "${FEDGATE_DEMO_CONSOLE:-0}" = 1 ]; then
   say "The browser console as alice (open the URL below; Ctrl-C ends the demo)"
