@@ -147,7 +147,10 @@ absl::Status Gateway::StartParticipantSide() {
     if (!shim.empty() && ::access(shim.c_str(), X_OK) != 0) shim.clear();
     participant_->SetExecutor(shim, *user);
     if (slurm_) participant_->SetBackend(MakeSlurmBackend(slurm_.get()));
-    if (kube_) participant_->SetBackend(MakeKubeBackend(kube_.get()));
+    if (kube_) {
+      participant_->SetBackend(MakeKubeBackend(kube_.get()));
+      kube_->StartWatching([p = participant_.get()] { p->RefreshNodes(); });
+    }
     const CgroupSupport cg = shim.empty() ? CgroupSupport{} : DetectCgroups("fedgate-" + config_.site);
     participant_->SetCgroups(cg);
     if (!cg.memory && config_.executor.memory_limit > 0) {
@@ -199,6 +202,22 @@ absl::Status Gateway::StartParticipantSide() {
                      "record: stale (an older term), hostile (a term or caller not granted), "
                      "bad_copy (a record of another job, tenant, coordinator or term), bad_grant (a "
                      "takeover's grant whose signature or certificate does not verify).");
+  if (kube_) {
+    metrics_->Describe("fedgate_kubernetes_api_requests_total", "counter",
+                       "Requests to the site's Kubernetes API server by method and answer (the "
+                       "HTTP code, or timeout / unreachable / error when none came; WATCH 410: "
+                       "a watch whose version was compacted away, then relisted).");
+    metrics_->Describe("fedgate_kubernetes_api_up", "gauge",
+                       "1 when the last listing of nodes and pods worked, else 0 (the site then "
+                       "offers no GPUs).");
+    metrics_->OnScrape([k = kube_.get()](Metrics& m) {
+      for (const auto& [key, n] : k->ApiCounts()) {
+        m.Set("fedgate_kubernetes_api_requests_total", {{"method", key.first}, {"code", key.second}},
+              static_cast<double>(n));
+      }
+      m.Set("fedgate_kubernetes_api_up", {}, k->last_error().empty() ? 1 : 0);
+    });
+  }
   metrics_->OnScrape([p = participant_.get()](Metrics& m) {
     for (const auto& [reason, n] : p->TermRefusals()) {
       m.Set("fedgate_job_term_refused_total", {{"reason", reason}}, static_cast<double>(n));
@@ -409,6 +428,7 @@ void Gateway::Stop() {
   ready_ = false;
   if (core_) core_->NotifyAll();
   if (advertiser_.joinable()) advertiser_.join();
+  if (kube_) kube_->StopWatching();  // its changes refresh the participant
   // Finishes or cancels pending probes (and their admin calls) first.
   if (prober_) prober_->Stop();
   // Running slices elsewhere keep running within their lease; a restarted

@@ -14,7 +14,110 @@ namespace fedgate::gateway {
 
 KubeCluster::KubeCluster(KubernetesConfig config, std::unique_ptr<kube::KubeClient> client,
                          std::string site)
-    : config_(std::move(config)), client_(std::move(client)), site_(std::move(site)) {}
+    : config_(std::move(config)), client_(std::move(client)), site_(std::move(site)) {
+  client_->SetObserver([this](const std::string& method, const std::string& code) {
+    std::lock_guard lock(mu_);
+    ++api_counts_[{method, code}];
+  });
+}
+
+KubeCluster::~KubeCluster() { StopWatching(); }
+
+std::map<std::pair<std::string, std::string>, int64_t> KubeCluster::ApiCounts() const {
+  std::lock_guard lock(mu_);
+  return api_counts_;
+}
+
+int64_t KubeCluster::Relists() const {
+  std::lock_guard lock(mu_);
+  return relists_;
+}
+
+void KubeCluster::StartWatching(std::function<void()> on_change) {
+  on_change_ = std::move(on_change);
+  std::string nodes = "/api/v1/nodes?watch=1&allowWatchBookmarks=false";
+  if (!config_.node_selector.empty()) {
+    nodes += "&labelSelector=" + kube::QueryEscape(kube::SelectorText(config_.node_selector));
+  }
+  watchers_.emplace_back([this, nodes] { WatchLoop("nodes", nodes); });
+  watchers_.emplace_back([this] { WatchLoop("pods", "/api/v1/pods?watch=1"); });
+}
+
+void KubeCluster::StopWatching() {
+  stop_watching_ = true;
+  for (auto& t : watchers_) t.join();
+  watchers_.clear();
+}
+
+void KubeCluster::WatchLoop(const std::string& what, const std::string& path) {
+  int failures = 0;
+  std::chrono::steady_clock::time_point told;
+  while (!stop_watching_) {
+    std::string rv;
+    {
+      std::lock_guard lock(mu_);
+      rv = what == "pods" ? pods_rv_ : nodes_rv_;
+    }
+    if (rv.empty()) {  // not listed yet (or the server is failing): the refresh lists
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      continue;
+    }
+    bool gone = false, changed = false;
+    // Short windows: a change held back by the once-a-second limit below
+    // is told at the window's end at the latest.
+    auto r = client_->Watch(
+        StrCat(path, "&resourceVersion=", rv, "&timeoutSeconds=5"), std::chrono::seconds(6),
+        [&](const kube::Json& ev) {
+          const std::string type = kube::FindString(ev, {"type"});
+          if (type == "ERROR") {
+            gone = kube::FindNumber(ev, {"object", "code"}).value_or(0) == 410;
+            return false;
+          }
+          if (type == "ADDED" || type == "MODIFIED" || type == "DELETED") {
+            std::lock_guard lock(mu_);
+            (what == "pods" ? pods_rv_ : nodes_rv_) =
+                kube::FindString(ev, {"object", "metadata", "resourceVersion"});
+            changed = true;
+          }
+          // At most one refresh a second however busy the cluster is.
+          const auto now = std::chrono::steady_clock::now();
+          if (changed && now - told >= std::chrono::seconds(1) && on_change_ && !stop_watching_) {
+            on_change_();
+            told = now;
+            changed = false;
+          }
+          return !stop_watching_;
+        },
+        &stop_watching_);
+    if (!r.ok() && r.status().code() == absl::StatusCode::kOutOfRange) gone = true;  // HTTP 410
+    if (gone) {
+      // The version is compacted away: list again, then watch from the new one.
+      spdlog::info("kubernetes: watch of {} from resourceVersion {}: 410 Gone; relisting", what, rv);
+      {
+        std::lock_guard lock(mu_);
+        ++relists_;
+        ++api_counts_[{"WATCH", "410"}];
+        pods_rv_.clear();
+        nodes_rv_.clear();
+        retry_at_ = {};  // a relist now, not after a backoff
+      }
+      (void)Refresh();
+      changed = true;
+    }
+    if (changed && on_change_ && !stop_watching_) {
+      on_change_();
+      told = std::chrono::steady_clock::now();
+    }
+    if (!r.ok() && !gone) {
+      failures = std::min(failures + 1, 6);
+      for (int i = 0; i < (1 << failures) && !stop_watching_; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    } else {
+      failures = 0;
+    }
+  }
+}
 
 absl::StatusOr<std::unique_ptr<KubeCluster>> KubeCluster::Connect(const KubernetesConfig& config,
                                                                   const std::string& site) {
@@ -26,7 +129,8 @@ absl::StatusOr<std::unique_ptr<KubeCluster>> KubeCluster::Connect(const Kubernet
   return std::make_unique<KubeCluster>(config, std::move(*client), site);
 }
 
-absl::Status KubeCluster::Fetch(std::vector<kube::KubeNode>* out, std::string* retry_after) const {
+absl::Status KubeCluster::Fetch(std::vector<kube::KubeNode>* out, std::string* retry_after,
+                                std::string* nodes_rv, std::string* pods_rv) const {
   std::string nodes_path = "/api/v1/nodes";
   if (!config_.node_selector.empty()) {
     nodes_path += "?labelSelector=" + kube::QueryEscape(kube::SelectorText(config_.node_selector));
@@ -43,6 +147,8 @@ absl::Status KubeCluster::Fetch(std::vector<kube::KubeNode>* out, std::string* r
   auto pods = kube::JsonOf(pods_r, "listing pods");
   if (!pods.ok()) return pods.status();
   *out = kube::GpuNodes(*nodes, *pods, config_.node_selector, config_.gpu_model_label);
+  *nodes_rv = kube::FindString(*nodes, {"metadata", "resourceVersion"});
+  *pods_rv = kube::FindString(*pods, {"metadata", "resourceVersion"});
   return absl::OkStatus();
 }
 
@@ -54,10 +160,15 @@ absl::Status KubeCluster::Refresh() {
     }
   }
   std::vector<kube::KubeNode> fresh;
-  std::string retry_after;
-  const absl::Status st = Fetch(&fresh, &retry_after);  // outside the lock: it asks the server
+  std::string retry_after, nodes_rv, pods_rv;
+  // Outside the lock: it asks the server.
+  const absl::Status st = Fetch(&fresh, &retry_after, &nodes_rv, &pods_rv);
   std::lock_guard lock(mu_);
   if (st.ok()) {
+    // The watches start from the first list's versions; later lists leave
+    // a running watch's version alone.
+    if (pods_rv_.empty()) pods_rv_ = pods_rv;
+    if (nodes_rv_.empty()) nodes_rv_ = nodes_rv;
     if (!last_error_.empty()) {
       spdlog::info("kubernetes: {} answers again: {} node(s) with GPUs", client_->server(), fresh.size());
     } else if (!listed_) {
@@ -169,11 +280,17 @@ absl::StatusOr<uint64_t> KubeCluster::ReserveHold(const std::string& name,
   const auto dash = rest.rfind('-');
   h.job = dash == std::string::npos ? rest : rest.substr(0, dash);
   h.attempt = dash == std::string::npos ? "" : rest.substr(dash + 1);
-  const auto names = kube::NamesOf(h.id);
   const std::string base = StrCat("/api/v1/namespaces/", h.namespace_);
-  auto cm = kube::JsonOf(client_->Call("POST", base + "/configmaps", kube::ToJson(kube::SliceConfigMap(h))),
-                         StrCat("kubernetes: creating ConfigMap ", h.namespace_, "/", names.configmap));
+  // 409 AlreadyExists: a hold of that id is there (ids are random): another id.
+  absl::StatusOr<kube::Json> cm;
+  for (int tries = 0; tries < 3; ++tries) {
+    if (tries > 0) h.id = rng() & 0xffffffffffffULL;
+    cm = kube::JsonOf(client_->Call("POST", base + "/configmaps", kube::ToJson(kube::SliceConfigMap(h))),
+                      StrCat("kubernetes: creating ConfigMap ", h.namespace_, "/", kube::NamesOf(h.id).configmap));
+    if (cm.ok() || cm.status().code() != absl::StatusCode::kAlreadyExists) break;
+  }
   if (!cm.ok()) return cm.status();
+  const auto names = kube::NamesOf(h.id);
   const std::string uid = kube::FindString(*cm, {"metadata", "uid"});
   absl::Status failed;
   std::vector<std::string> pods;

@@ -7,7 +7,10 @@
 // its Retry-After); meanwhile the site offers nothing and says why.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <functional>
+#include <thread>
 #include <map>
 #include <utility>
 #include <memory>
@@ -49,6 +52,19 @@ class KubeCluster {
   // What fedgate-kube-rank needs to reach the API server, as environment.
   std::vector<std::pair<std::string, std::string>> AttachEnv() const;
 
+  // Watches every namespace's pods and the lent nodes from the last list's
+  // resourceVersion and calls `on_change` on each change, so a pod of the
+  // cluster's own users leaves the ad at once, not at the next interval; a
+  // 410 Gone (the version was compacted away) relists. Until StopWatching.
+  void StartWatching(std::function<void()> on_change);
+  void StopWatching();
+  ~KubeCluster();
+
+  // API answers by (method, HTTP code or "timeout"/"unreachable"/"error"),
+  // and how many watches ended in 410 and relisted.
+  std::map<std::pair<std::string, std::string>, int64_t> ApiCounts() const;
+  int64_t Relists() const;
+
   // Lists nodes and pods again, unless backing off after a failure (then the
   // last error). On failure the site offers nothing until it succeeds.
   absl::Status Refresh();
@@ -59,7 +75,9 @@ class KubeCluster {
   kube::KubeClient* client() { return client_.get(); }
 
  private:
-  absl::Status Fetch(std::vector<kube::KubeNode>* out, std::string* retry_after) const;
+  absl::Status Fetch(std::vector<kube::KubeNode>* out, std::string* retry_after,
+                     std::string* nodes_rv, std::string* pods_rv) const;
+  void WatchLoop(const std::string& what, const std::string& path);
   absl::Status WaitAdmitted(const std::string& ns, const std::string& pod,
                             std::chrono::steady_clock::time_point deadline) const;
   KubernetesConfig config_;
@@ -71,6 +89,12 @@ class KubeCluster {
   std::string last_error_ ABSL_GUARDED_BY(mu_);
   std::chrono::steady_clock::time_point retry_at_ ABSL_GUARDED_BY(mu_);
   std::chrono::milliseconds backoff_ ABSL_GUARDED_BY(mu_){0};
+  std::string pods_rv_ ABSL_GUARDED_BY(mu_), nodes_rv_ ABSL_GUARDED_BY(mu_);  // of the last list
+  std::map<std::pair<std::string, std::string>, int64_t> api_counts_ ABSL_GUARDED_BY(mu_);
+  int64_t relists_ ABSL_GUARDED_BY(mu_) = 0;
+  std::function<void()> on_change_;
+  std::atomic<bool> stop_watching_{false};
+  std::vector<std::thread> watchers_;
 };
 
 class KubeInventory final : public federation::InventorySource {

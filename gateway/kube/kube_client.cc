@@ -78,12 +78,21 @@ using TlsStream = beast::ssl_stream<beast::tcp_stream>;
 // Runs one asynchronous operation to its end. Asynchronous because only
 // those honour tcp_stream's deadline (expires_after); synchronous reads
 // would wait for a hung server for ever.
+// `cancel`, where given, is looked at every 100 ms and aborts the operation.
 template <typename Start>
-boost::system::error_code Sync(asio::io_context& io, Start start) {
+boost::system::error_code Sync(asio::io_context& io, Start start,
+                               const std::atomic<bool>* cancel = nullptr,
+                               beast::tcp_stream* stream = nullptr) {
   boost::system::error_code result = asio::error::would_block;
   start([&](boost::system::error_code ec, auto&&...) { result = ec; });
   io.restart();
-  io.run();
+  while (result == asio::error::would_block) {
+    io.run_one_for(std::chrono::milliseconds(100));
+    if (cancel != nullptr && cancel->load() && stream != nullptr &&
+        result == asio::error::would_block) {
+      stream->cancel();
+    }
+  }
   return result;
 }
 
@@ -128,6 +137,25 @@ http::verb Verb(const std::string& m) {
 absl::StatusOr<KubeResponse> KubeClient::Call(const std::string& method, const std::string& path,
                                               const std::string& body,
                                               const std::string& content_type) const {
+  auto r = CallOnce(method, path, body, content_type);
+  Observe(method, r.ok() ? absl::StatusOr<int>(r->status) : absl::StatusOr<int>(r.status()));
+  return r;
+}
+
+void KubeClient::Observe(const std::string& method, const absl::StatusOr<int>& code) const {
+  if (!observer_) return;
+  if (code.ok()) {
+    observer_(method, std::to_string(*code));
+  } else {
+    observer_(method, code.status().code() == absl::StatusCode::kDeadlineExceeded ? "timeout"
+                      : code.status().code() == absl::StatusCode::kUnavailable   ? "unreachable"
+                                                                                 : "error");
+  }
+}
+
+absl::StatusOr<KubeResponse> KubeClient::CallOnce(const std::string& method, const std::string& path,
+                                                  const std::string& body,
+                                                  const std::string& content_type) const {
   asio::io_context io;
   TlsStream s(io, impl_->ctx);
   if (auto st = Open(io, s, impl_->host, impl_->port, access_.server, options_.connect_timeout,
@@ -168,7 +196,8 @@ absl::StatusOr<KubeResponse> KubeClient::Call(const std::string& method, const s
 }
 
 absl::StatusOr<int> KubeClient::Watch(const std::string& path, std::chrono::milliseconds timeout,
-                                      const std::function<bool(const Json& event)>& on_event) const {
+                                      const std::function<bool(const Json& event)>& on_event,
+                                      const std::atomic<bool>* cancel) const {
   std::string pending;
   return Stream(path, timeout, [&](std::string_view bytes) {
     pending.append(bytes);
@@ -179,11 +208,20 @@ absl::StatusOr<int> KubeClient::Watch(const std::string& path, std::chrono::mill
     }
     pending.erase(0, used);
     return true;
-  });
+  }, cancel);
 }
 
 absl::StatusOr<int> KubeClient::Stream(const std::string& path, std::chrono::milliseconds timeout,
-                                       const std::function<bool(std::string_view bytes)>& on_bytes) const {
+                                       const std::function<bool(std::string_view bytes)>& on_bytes,
+                                       const std::atomic<bool>* cancel) const {
+  auto r = StreamOnce(path, timeout, on_bytes, cancel);
+  Observe("GET", r);
+  return r;
+}
+
+absl::StatusOr<int> KubeClient::StreamOnce(const std::string& path, std::chrono::milliseconds timeout,
+                                           const std::function<bool(std::string_view bytes)>& on_bytes,
+                                           const std::atomic<bool>* cancel) const {
   asio::io_context io;
   TlsStream s(io, impl_->ctx);
   if (auto st = Open(io, s, impl_->host, impl_->port, access_.server, options_.connect_timeout,
@@ -213,9 +251,9 @@ absl::StatusOr<int> KubeClient::Stream(const std::string& path, std::chrono::mil
   while (!parser.is_done()) {
     parser.get().body().data = chunk;
     parser.get().body().size = sizeof(chunk);
-    ec = Sync(io, [&](auto h) { http::async_read_some(s, buf, parser, h); });
+    ec = Sync(io, [&](auto h) { http::async_read_some(s, buf, parser, h); }, cancel, &low);
     if (ec == http::error::need_buffer) ec = {};
-    if (ec == beast::error::timeout) break;  // it ran its time
+    if (ec == beast::error::timeout || (cancel && cancel->load())) break;  // its time is up
     if (ec) {
       if (ec == http::error::end_of_stream || ec == asio::error::eof ||
           ec == asio::ssl::error::stream_truncated) {

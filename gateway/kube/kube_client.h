@@ -4,6 +4,7 @@
 // read as the server streams them (one JSON event per line).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -44,13 +45,20 @@ class KubeClient {
   // GET `path` (with watch=1 in its query) and hands each event to
   // `on_event` until it returns false, the server closes the stream or
   // `timeout` passes (then OK). An HTTP error answer is returned as its status.
+  // `cancel` (optional) ends the watch within ~100 ms once it turns true.
   absl::StatusOr<int> Watch(const std::string& path, std::chrono::milliseconds timeout,
-                            const std::function<bool(const Json& event)>& on_event) const;
+                            const std::function<bool(const Json& event)>& on_event,
+                            const std::atomic<bool>* cancel = nullptr) const;
   // GET `path` and hands the body to `on_bytes` as it arrives (pods/log
   // with follow=true), until it returns false, the server ends the body or
   // `timeout` passes (then OK). An HTTP error answer is returned as its status.
   absl::StatusOr<int> Stream(const std::string& path, std::chrono::milliseconds timeout,
-                             const std::function<bool(std::string_view bytes)>& on_bytes) const;
+                             const std::function<bool(std::string_view bytes)>& on_bytes,
+                             const std::atomic<bool>* cancel = nullptr) const;
+  // Told of every answer (method, HTTP code or "timeout"/"unreachable"), for
+  // the API's request counter. Set before the client is shared.
+  using Observer = std::function<void(const std::string& method, const std::string& code)>;
+  void SetObserver(Observer o) { observer_ = std::move(o); }
 
   const std::string& server() const { return access_.server; }
   const KubeAccess& access() const { return access_; }
@@ -58,9 +66,16 @@ class KubeClient {
  private:
   struct Impl;
   KubeClient(KubeAccess access, KubeClientOptions options, std::unique_ptr<Impl> impl);
+  absl::StatusOr<KubeResponse> CallOnce(const std::string& method, const std::string& path,
+                                        const std::string& body, const std::string& content_type) const;
+  absl::StatusOr<int> StreamOnce(const std::string& path, std::chrono::milliseconds timeout,
+                                 const std::function<bool(std::string_view bytes)>& on_bytes,
+                                 const std::atomic<bool>* cancel) const;
+  void Observe(const std::string& method, const absl::StatusOr<int>& code) const;
   KubeAccess access_;
   KubeClientOptions options_;
   std::unique_ptr<Impl> impl_;
+  Observer observer_;
 };
 
 // A status for an error answer: the HTTP code, the Status object's reason

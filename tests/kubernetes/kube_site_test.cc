@@ -4,6 +4,7 @@
 // process site.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <set>
 #include <thread>
@@ -121,6 +122,46 @@ TEST(KubeSite, AFailingServerIsRetriedWithBackoffAndTheSiteOffersNothingMeanwhil
 
 // A process site and Kubernetes sites on fake-kube-apiserver (run as its
 // own program, pods as fedgate-rank).
+// Watches tell of changes at once (a foreign pod, a cordon) and relist when
+// the server says 410 Gone.
+TEST(KubeSite, WatchesTellOfChangesAndRelistAfter410) {
+  TempDir dir;
+  auto server = FakeKubeServer::Start({"127.0.0.1:0", "tok", dir / "logs"});
+  ASSERT_TRUE(server.ok());
+  KubeAccess a;
+  a.server = "https://127.0.0.1:" + std::to_string((*server)->port());
+  a.token = "tok";
+  a.insecure_skip_verify = true;
+  auto c = *KubeClient::Make(a);
+  Populate(*c);
+  KubeCluster k({}, std::move(*KubeClient::Make(a)));
+  ASSERT_TRUE(k.Refresh().ok());
+  std::atomic<int> told{0};
+  k.StartWatching([&] {
+    (void)k.Refresh();
+    ++told;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the watches are open
+  const int before = told;
+  auto pod = c->Call("POST", "/api/v1/namespaces/team-x/pods",
+                     R"({"metadata":{"name":"late"},"spec":{"nodeName":"kn-1","containers":[
+                         {"name":"c","image":"i","command":["sleep","60"],
+                          "resources":{"limits":{"nvidia.com/gpu":"2"}}}]}})");
+  ASSERT_EQ(pod->status, 201);
+  EXPECT_TRUE(Eventually([&] { return told > before && FreeOf(k) == 16 - 1 - 2; }, 3000))
+      << "told " << told << " free " << FreeOf(k);
+  ASSERT_EQ(k.Relists(), 0);
+  ASSERT_TRUE(c->Call("POST", "/fake/compact").ok());
+  EXPECT_TRUE(Eventually([&] { return k.Relists() >= 1; }, 8000));
+  EXPECT_EQ((k.ApiCounts()[{"WATCH", "410"}]), k.Relists());
+  // Watching again from the relisted version: changes are still told.
+  const int after = told;
+  ASSERT_EQ(c->Call("DELETE", "/api/v1/namespaces/team-x/pods/late?gracePeriodSeconds=0")->status, 200);
+  EXPECT_TRUE(Eventually([&] { return told > after && FreeOf(k) == 16 - 1; }, 8000));
+  k.StopWatching();
+  EXPECT_GT((k.ApiCounts()[{"GET", "200"}]), 0);
+}
+
 class KubeFederationTest : public JobsTest {
  protected:
   void StartApi() {
@@ -197,6 +238,11 @@ TEST_F(KubeFederationTest, AKubernetesSiteAdvertisesWhatItsClusterHasFree) {
   EXPECT_NE(ready.find("HTTP 401"), std::string::npos) << ready;
   EXPECT_NE(fed_.log("site-r").find("kubernetes: API server " + url_), std::string::npos);
   EXPECT_TRUE(fed_.WaitReady("site-k", 5000));
+  // Counted: every answer by method and code; up or not.
+  EXPECT_GT(Metric(fed_.ops_port("site-r"), "fedgate_kubernetes_api_requests_total{code=\"401\",method=\"GET\"}"), 0);
+  EXPECT_EQ(Metric(fed_.ops_port("site-r"), "fedgate_kubernetes_api_up"), 0);
+  EXPECT_GT(Metric(fed_.ops_port("site-k"), "fedgate_kubernetes_api_requests_total{code=\"200\",method=\"GET\"}"), 0);
+  EXPECT_EQ(Metric(fed_.ops_port("site-k"), "fedgate_kubernetes_api_up"), 1);
 }
 
 // One federation for the rest, in order: a 10-GPU job stitched across the
@@ -253,13 +299,17 @@ TEST_F(KubeFederationTest, JobsRunAsPodsAcrossSitesSurviveAGatewayRestartAndCanc
       }
     }
     EXPECT_EQ(containers, (std::multiset<size_t>{3, 4}));
-    auto cms = JsonOf(api_client_->Call("GET", "/api/v1/namespaces/fedgate-jobs/configmaps?labelSelector=fedgate.io%2Fjob%3D" + id),
-                      "configmaps");
-    ASSERT_TRUE(cms.ok());
-    const auto& items = gateway::kube::Find(*cms, {"items"})->list_value().values();
-    ASSERT_EQ(items.size(), 1);
+    // Each rank's script is written as its fedgate-kube-rank starts.
     std::string scripts;
-    for (const auto& [k, v] : gateway::kube::Find(items[0], {"data"})->struct_value().fields()) scripts += v.string_value();
+    ASSERT_TRUE(Eventually([&] {
+      auto cms = JsonOf(api_client_->Call("GET", "/api/v1/namespaces/fedgate-jobs/configmaps?labelSelector=fedgate.io%2Fjob%3D" + id),
+                        "configmaps");
+      if (!cms.ok() || gateway::kube::Find(*cms, {"items"})->list_value().values_size() != 1) return false;
+      const auto* data = gateway::kube::Find(gateway::kube::Find(*cms, {"items"})->list_value().values(0), {"data"});
+      scripts.clear();
+      for (const auto& [k, v] : data->struct_value().fields()) scripts += v.string_value();
+      return data->struct_value().fields_size() == 7;
+    }, 10000)) << scripts;
     for (int r = 3; r < 10; ++r) {
       EXPECT_NE(scripts.find("export RANK='" + std::to_string(r) + "'"), std::string::npos) << scripts;
     }
