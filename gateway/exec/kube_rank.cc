@@ -132,7 +132,9 @@ int RunKubeRank(int argc, char** argv) {
     Say(std::string(made.status().message()));
     return 1;
   }
-  const KubeClient& c = **made;
+  // Lives until the process ends (main leaves with _exit): the signal
+  // thread may still be using it then.
+  const KubeClient& c = *made->release();
   // API errors are retried: the shim's fence ends this process if the
   // gateway is gone for good.
   const auto retry = [](int* tries) {

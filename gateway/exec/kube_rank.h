@@ -13,6 +13,8 @@
 
 namespace fedgate::gateway {
 
+// The exit code; the caller ends the process with _exit (a thread may
+// still be deleting the pod).
 int RunKubeRank(int argc, char** argv);
 
 }  // namespace fedgate::gateway

@@ -8,6 +8,8 @@
 
 #include <atomic>
 #include <fstream>
+#include <list>
+#include <memory>
 #include <random>
 #include <set>
 #include <thread>
@@ -192,7 +194,11 @@ struct FakeKubeServer::Impl {
   std::thread accept_thread;
   std::atomic<bool> stopping{false};
   std::mutex mu;  // conns, faults, counts
-  std::vector<std::thread> conns;
+  struct Conn {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::list<Conn> conns;
   std::set<int> fds;
   std::vector<Fault> faults;
   std::map<std::string, int64_t> counts;
@@ -209,8 +215,23 @@ struct FakeKubeServer::Impl {
         continue;
       }
       std::lock_guard lock(mu);
+      // Connections that ended are joined as new ones come (a long-lived
+      // server keeps no threads of closed connections).
+      for (auto it = conns.begin(); it != conns.end();) {
+        if (it->done->load()) {
+          it->thread.join();
+          it = conns.erase(it);
+        } else {
+          ++it;
+        }
+      }
       fds.insert(sock.native_handle());
-      conns.emplace_back([this, s = std::move(sock)]() mutable { Serve(std::move(s)); });
+      auto done = std::make_shared<std::atomic<bool>>(false);
+      conns.push_back({std::thread([this, done, s = std::move(sock)]() mutable {
+                         Serve(std::move(s));
+                         *done = true;
+                       }),
+                       done});
     }
   }
 
@@ -786,13 +807,13 @@ FakeKubeServer::~FakeKubeServer() {
   ::shutdown(impl_->acceptor.native_handle(), SHUT_RDWR);
   impl_->acceptor.close(ec);
   if (impl_->accept_thread.joinable()) impl_->accept_thread.join();
-  std::vector<std::thread> conns;
+  std::list<Impl::Conn> conns;
   {
     std::lock_guard lock(impl_->mu);
     for (int fd : impl_->fds) ::shutdown(fd, SHUT_RDWR);
     conns.swap(impl_->conns);
   }
-  for (auto& t : conns) t.join();
+  for (auto& c : conns) c.thread.join();
   impl_->kubelet.reset();
 }
 
