@@ -299,6 +299,17 @@ TEST_F(KubeFederationTest, JobsRunAsPodsAcrossSitesSurviveAGatewayRestartAndCanc
       }
     }
     EXPECT_EQ(containers, (std::multiset<size_t>{3, 4}));
+    // The pods as the API server has them pass the published schemas.
+    std::vector<std::string> cmd = {"/bin/sh", "-c", std::string(KUBE_SCHEMAS) + " \"$@\"", "schemas"};
+    int i = 0;
+    for (const auto& p : Pods(id)) {
+      const std::string file = dir_ / ("pod-" + std::to_string(i++) + ".json");
+      WriteText(file, gateway::kube::ToJson(p));
+      cmd.push_back(file);
+    }
+    auto valid = RunCommand(cmd, {}, 120000);
+    EXPECT_EQ(valid.exit_code, 0) << valid.out << valid.err;
+    EXPECT_NE(valid.out.find(": valid"), std::string::npos) << valid.out;
     // Each rank's script is written as its fedgate-kube-rank starts.
     std::string scripts;
     ASSERT_TRUE(Eventually([&] {
@@ -388,9 +399,30 @@ TEST(KubeHold, AForeignPodCannotTakeHeldGpusAndARefusedHoldLeavesNothing) {
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(std::string(refused.status().message()).find("exceeded quota: gpus"), std::string::npos)
       << refused.status();
-  auto left = JsonOf(c->Call("GET", "/api/v1/namespaces/team-x/configmaps"), "configmaps");
-  ASSERT_TRUE(left.ok());
-  EXPECT_EQ(gateway::kube::Find(*left, {"items"})->list_value().values_size(), 0);
+  const auto left = [&](const std::string& ns, const std::string& what) {
+    auto l = JsonOf(c->Call("GET", "/api/v1/namespaces/" + ns + "/" + what), what);
+    return l.ok() ? gateway::kube::Find(*l, {"items"})->list_value().values_size() : -1;
+  };
+  EXPECT_EQ(left("team-x", "configmaps"), 0);
+
+  // A 5xx while making the pods: the hold is refused and its ConfigMap goes.
+  ASSERT_TRUE(c->Call("POST", "/fake/faults",
+                      R"({"method":"POST","path":"/api/v1/namespaces/fedgate-jobs/pods","status":503})").ok());
+  auto failed = k.ReserveHold("fedgate-j-3-1", {{"kn-1", 1}}, "other", std::chrono::seconds(3));
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(std::string(failed.status().message()).find("HTTP 503"), std::string::npos) << failed.status();
+  EXPECT_EQ(left("fedgate-jobs", "configmaps"), 0);
+  EXPECT_EQ(left("fedgate-jobs", "pods"), 0);
+  // 409 AlreadyExists on the ConfigMap (a hold of that id is there): another
+  // id, and the hold is made; the conflict is counted.
+  ASSERT_TRUE(c->Call("POST", "/fake/faults",
+                      R"({"method":"POST","path":"/api/v1/namespaces/fedgate-jobs/configmaps","status":409})").ok());
+  auto again = k.ReserveHold("fedgate-j-4-1", {{"kn-1", 1}}, "other", std::chrono::seconds(3));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((k.ApiCounts()[{"POST", "409"}]), 1);
+  EXPECT_EQ(left("fedgate-jobs", "configmaps"), 1);
+  ASSERT_TRUE(k.ReleaseHold(*again).ok());
+  EXPECT_EQ(left("fedgate-jobs", "configmaps"), 0);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <boost/beast/ssl.hpp>
 
 #include <atomic>
+#include <ctime>
 #include <fstream>
 #include <list>
 #include <memory>
@@ -42,6 +43,15 @@ std::string KindOf(const std::string& resource) {
   if (resource == "namespaces") return "Namespace";
   if (resource == "configmaps") return "ConfigMap";
   return "ResourceQuota";
+}
+
+std::string NowText() {
+  char buf[32];
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
 }
 
 Json StatusBody(int code, const std::string& reason, const std::string& message) {
@@ -156,7 +166,7 @@ bool ValidName(const std::string& n) {
 }
 
 struct Fault {
-  std::string method, path;
+  std::string method, path, reason;
   int status = 0;
   int retry_after = 0;
   int64_t hang_ms = 0;
@@ -303,8 +313,14 @@ struct FakeKubeServer::Impl {
         }
         return false;
       }
-      Answer a = Fail(fault->status, fault->status == 429 ? "TooManyRequests" : "InternalError",
-                      StrCat("injected fault: ", fault->status));
+      static const std::map<int, std::string> kReasons = {
+          {401, "Unauthorized"}, {403, "Forbidden"}, {404, "NotFound"}, {409, "AlreadyExists"},
+          {410, "Expired"}, {429, "TooManyRequests"}};
+      const auto known = kReasons.find(fault->status);
+      const std::string reason = !fault->reason.empty() ? fault->reason
+                                 : known != kReasons.end() ? known->second
+                                                           : "InternalError";
+      Answer a = Fail(fault->status, reason, StrCat("injected fault: ", fault->status));
       if (fault->retry_after > 0) a.retry_after = std::to_string(fault->retry_after);
       Write(s, raw, a);
       return true;
@@ -331,6 +347,7 @@ struct FakeKubeServer::Impl {
       Fault f;
       f.method = FindString(*j, {"method"});
       f.path = FindString(*j, {"path"});
+      f.reason = FindString(*j, {"reason"});
       f.status = static_cast<int>(FindNumber(*j, {"status"}).value_or(0));
       f.retry_after = static_cast<int>(FindNumber(*j, {"retryAfter"}).value_or(0));
       f.hang_ms = static_cast<int64_t>(FindNumber(*j, {"hangMs"}).value_or(0));
@@ -752,7 +769,7 @@ struct FakeKubeServer::Impl {
   void DeletePod(const Key& key, int64_t grace) {
     (void)store.Modify(key, [&](Json* o) {
       if (!Find(*o, {"metadata", "deletionTimestamp"})) {
-        *Mutable(o, {"metadata", "deletionTimestamp"}) = Str("now");
+        *Mutable(o, {"metadata", "deletionTimestamp"}) = Str(NowText());
         *Mutable(o, {"metadata", "deletionGracePeriodSeconds"}) = Num(static_cast<double>(grace));
       }
     }, nullptr);

@@ -36,9 +36,11 @@ std::vector<Json> Containers(const Json& pod, const char* field) {
   return out;
 }
 
-Json Status(const std::string& name, const Json& state) {
+Json Status(const std::string& name, const std::string& image, const Json& state) {
   Json s = Obj();
   *Mutable(&s, {"name"}) = Str(name);
+  *Mutable(&s, {"image"}) = Str(image);
+  *Mutable(&s, {"imageID"}) = Str("fake-kube://" + image);
   *Mutable(&s, {"restartCount"}) = Num(0);
   *Mutable(&s, {"ready"}) = Bool(Find(state, {"running"}) != nullptr);
   *Mutable(&s, {"state"}) = state;
@@ -191,6 +193,10 @@ void FakeKubelet::Run(Key pod) {
   if (!obj) return;
   const uint64_t want = PodRequest(*obj);
   const std::string node = FindString(*obj, {"spec", "nodeName"});
+  std::map<std::string, std::string> images;
+  for (const char* f : {"initContainers", "containers"}) {
+    for (const auto& c : Containers(*obj, f)) images[FindString(c, {"name"})] = FindString(c, {"image"});
+  }
   const auto set_status = [&](const std::function<void(Json*)>& f) {
     (void)store_->Modify(pod, [&](Json* o) { f(Mutable(o, {"status"})); }, nullptr);
   };
@@ -230,7 +236,7 @@ void FakeKubelet::Run(Key pod) {
     Json running = Obj();
     *Mutable(&running, {"running", "startedAt"}) = Str(Now());
     Json now = init_statuses;
-    *Append(&now) = Status(name, running);
+    *Append(&now) = Status(name, images[name], running);
     set_status([&](Json* s) {
       *Mutable(s, {"phase"}) = Str("Pending");
       *Mutable(s, {"initContainerStatuses"}) = now;
@@ -241,7 +247,7 @@ void FakeKubelet::Run(Key pod) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     const int code = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-    *Append(&init_statuses) = Status(name, Terminated(code, started));
+    *Append(&init_statuses) = Status(name, images[name], Terminated(code, started));
     set_status([&](Json* s) { *Mutable(s, {"initContainerStatuses"}) = init_statuses; });
     if (code != 0) {
       failed = true;
@@ -256,7 +262,7 @@ void FakeKubelet::Run(Key pod) {
       procs.emplace_back(name, Spawn(pod, c, LogPath(pod, name)));
       Json running = Obj();
       *Mutable(&running, {"running", "startedAt"}) = Str(Now());
-      *Append(&statuses) = Status(name, running);
+      *Append(&statuses) = Status(name, images[name], running);
     }
     {
       std::lock_guard lock(mu_);
@@ -293,7 +299,7 @@ void FakeKubelet::Run(Key pod) {
       for (const auto& [n, p] : procs) {
         Json running = Obj();
         *Mutable(&running, {"running", "startedAt"}) = Str(started);
-        *Append(&now) = Status(n, codes.contains(p) ? Terminated(codes[p], started) : running);
+        *Append(&now) = Status(n, images[n], codes.contains(p) ? Terminated(codes[p], started) : running);
       }
       set_status([&](Json* s) { *Mutable(s, {"containerStatuses"}) = now; });
     }
