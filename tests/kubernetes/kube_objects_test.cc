@@ -4,6 +4,7 @@
 
 #include "gateway/kube/kube_json.h"
 #include "gateway/kube/kube_nodes.h"
+#include "gateway/kube/kube_objects.h"
 
 namespace fedgate::gateway::kube {
 namespace {
@@ -125,6 +126,60 @@ TEST(KubeNodes, NotReadyCordonedAndUnselectedNodesAreNotOffered) {
   EXPECT_TRUE(out[2].usable);
   EXPECT_EQ(out[2].model, "GPU");  // no model label
   EXPECT_EQ(SelectorText({{"a", "1"}, {"b", "2"}}), "a=1,b=2");
+}
+
+TEST(KubeObjects, AHoldPodIsBoundWithOneGpuContainerPerRankAndRestricted) {
+  HoldSpec h;
+  h.id = 0xabcdef123456;
+  h.namespace_ = "jobs";
+  h.site = "cn-hangzhou";
+  h.job = "j-1";
+  h.attempt = "2";
+  h.image = "img:1";
+  const Json p = HoldPod(h, "gpu-7", 1, 3, "uid-1");
+  EXPECT_EQ(FindString(p, {"metadata", "name"}), "fedgate-hold-abcdef123456-1");
+  EXPECT_EQ(FindString(p, {"metadata", "namespace"}), "jobs");
+  EXPECT_EQ(FindString(p, {"metadata", "labels", kHoldLabel}), "abcdef123456");
+  EXPECT_EQ(FindString(p, {"metadata", "labels", "fedgate.io/job"}), "j-1");
+  EXPECT_EQ(FindString(p, {"metadata", "labels", "fedgate.io/attempt"}), "2");
+  const auto& owner = Find(p, {"metadata", "ownerReferences"})->list_value().values(0);
+  EXPECT_EQ(FindString(owner, {"kind"}), "ConfigMap");
+  EXPECT_EQ(FindString(owner, {"name"}), "fedgate-hold-abcdef123456");
+  EXPECT_EQ(FindString(owner, {"uid"}), "uid-1");
+  EXPECT_EQ(FindString(p, {"spec", "nodeName"}), "gpu-7");
+  EXPECT_EQ(FindString(p, {"spec", "restartPolicy"}), "Never");
+  EXPECT_FALSE(Find(p, {"spec", "hostNetwork"})->bool_value());
+  EXPECT_FALSE(Find(p, {"spec", "automountServiceAccountToken"})->bool_value());
+  EXPECT_TRUE(Find(p, {"spec", "securityContext", "runAsNonRoot"})->bool_value());
+  EXPECT_EQ(FindString(p, {"spec", "securityContext", "seccompProfile", "type"}), "RuntimeDefault");
+  const auto& cs = Find(p, {"spec", "containers"})->list_value().values();
+  ASSERT_EQ(cs.size(), 3);
+  EXPECT_EQ(PodRequest(p), 3u);
+  for (int i = 0; i < 3; ++i) {
+    const std::string name = "rank-" + std::to_string(i);
+    EXPECT_EQ(FindString(cs[i], {"name"}), name);
+    EXPECT_EQ(FindString(cs[i], {"image"}), "img:1");
+    EXPECT_EQ(FindString(cs[i], {"resources", "limits", kGpuResource}), "1");
+    EXPECT_FALSE(Find(cs[i], {"securityContext", "allowPrivilegeEscalation"})->bool_value());
+    // Held until its own script (of this pod, this container) appears.
+    const std::string cmd = cs[i].struct_value().fields().at("command").list_value().values(2).string_value();
+    EXPECT_NE(cmd.find(std::string(kSliceMount) + "/" + ScriptKey(1, name)), std::string::npos) << cmd;
+  }
+  EXPECT_NE(ScriptKey(0, "rank-0"), ScriptKey(1, "rank-0"));  // per pod: nodes never share one
+  const Json cm = SliceConfigMap(h);
+  EXPECT_EQ(FindString(cm, {"metadata", "name"}), "fedgate-hold-abcdef123456");
+  EXPECT_EQ(FindString(cm, {"metadata", "labels", kHoldLabel}), "abcdef123456");
+}
+
+TEST(KubeObjects, RankScriptsQuoteEveryValueAndSkipWhatShCannotName) {
+  const std::string script =
+      RankScript({{"RANK", "3"}, {"EVIL", "a'b $(rm -rf /) \"c\""}, {"9BAD", "x"}, {"A-B", "y"}},
+                 {"python3", "-c", "print('hi')"});
+  EXPECT_NE(script.find("export RANK='3'\n"), std::string::npos);
+  EXPECT_NE(script.find("export EVIL='a'\\''b $(rm -rf /) \"c\"'\n"), std::string::npos) << script;
+  EXPECT_EQ(script.find("9BAD"), std::string::npos);
+  EXPECT_EQ(script.find("A-B"), std::string::npos);
+  EXPECT_NE(script.find("exec 'python3' '-c' 'print('\\''hi'\\'')'\n"), std::string::npos) << script;
 }
 
 }  // namespace
