@@ -124,6 +124,16 @@ absl::Status Open(asio::io_context& io, TlsStream& s, const std::string& host, c
   return absl::OkStatus();
 }
 
+// Host, user agent and the bearer token (read again: it may rotate).
+template <typename Request>
+void Headers(Request& req, const std::string& host, const KubeAccess& access) {
+  req.set(http::field::host, host);
+  req.set(http::field::user_agent, "fedgate");
+  if (auto token = CurrentToken(access); !token.empty()) {
+    req.set(http::field::authorization, "Bearer " + token);
+  }
+}
+
 http::verb Verb(const std::string& m) {
   if (m == "POST") return http::verb::post;
   if (m == "PUT") return http::verb::put;
@@ -164,12 +174,8 @@ absl::StatusOr<KubeResponse> KubeClient::CallOnce(const std::string& method, con
     return st;
   }
   http::request<http::string_body> req{Verb(method), path, 11};
-  req.set(http::field::host, impl_->host);
-  req.set(http::field::user_agent, "fedgate");
+  Headers(req, impl_->host, access_);
   req.set(http::field::accept, "application/json");
-  if (auto token = CurrentToken(access_); !token.empty()) {
-    req.set(http::field::authorization, "Bearer " + token);
-  }
   if (!body.empty()) {
     req.set(http::field::content_type, content_type);
     req.body() = body;
@@ -230,11 +236,7 @@ absl::StatusOr<int> KubeClient::StreamOnce(const std::string& path, std::chrono:
     return st;
   }
   http::request<http::empty_body> req{http::verb::get, path, 11};
-  req.set(http::field::host, impl_->host);
-  req.set(http::field::user_agent, "fedgate");
-  if (auto token = CurrentToken(access_); !token.empty()) {
-    req.set(http::field::authorization, "Bearer " + token);
-  }
+  Headers(req, impl_->host, access_);
   boost::system::error_code ec;
   auto& low = beast::get_lowest_layer(s);
   low.expires_after(timeout);

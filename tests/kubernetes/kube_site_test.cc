@@ -50,6 +50,25 @@ void Populate(KubeClient& c) {
   ASSERT_TRUE(pod.ok() && pod->status == 201) << (pod.ok() ? pod->body : "");
 }
 
+// A fake API server in this process, populated, and how to reach it.
+struct InProcessApi {
+  TempDir dir;
+  std::unique_ptr<FakeKubeServer> server;
+  KubeAccess access;
+  std::unique_ptr<KubeClient> client;
+  InProcessApi() {
+    auto s = FakeKubeServer::Start({"127.0.0.1:0", "tok", dir / "logs"});
+    EXPECT_TRUE(s.ok()) << s.status();
+    server = std::move(*s);
+    access.server = "https://127.0.0.1:" + std::to_string(server->port());
+    access.token = "tok";
+    access.ca_pem = server->ca_pem();
+    client = std::move(*KubeClient::Make(access));
+    Populate(*client);
+  }
+  std::unique_ptr<KubeClient> NewClient() const { return std::move(*KubeClient::Make(access)); }
+};
+
 uint32_t FreeOf(const KubeCluster& k) {
   uint32_t free = 0;
   for (const auto& n : k.nodes()) free += n.usable ? n.gpus - std::min(n.gpus, n.requested) : 0;
@@ -57,24 +76,17 @@ uint32_t FreeOf(const KubeCluster& k) {
 }
 
 TEST(KubeSite, OffersTheSelectedNodesLessWhatTheClustersOwnPodsHold) {
-  TempDir dir;
-  auto server = FakeKubeServer::Start({"127.0.0.1:0", "tok", dir / "logs"});
-  ASSERT_TRUE(server.ok());
-  KubeAccess a;
-  a.server = "https://127.0.0.1:" + std::to_string((*server)->port());
-  a.token = "tok";
-  a.ca_pem = (*server)->ca_pem();
-  Populate(**KubeClient::Make(a));
+  InProcessApi api;
   gateway::KubernetesConfig cfg;
   cfg.node_selector = {{"fedgate.io/pool", "true"}};
-  KubeCluster k(cfg, std::move(*KubeClient::Make(a)));
+  KubeCluster k(cfg, api.NewClient());
   ASSERT_TRUE(k.Refresh().ok()) << k.last_error();
   ASSERT_EQ(k.InventoryNodes().size(), 2u);  // kn-private is not lent
   EXPECT_EQ(k.InventoryNodes()[0].gpu_model, "NVIDIA-A100-SXM4-80GB");
   EXPECT_EQ(FreeOf(k), 7u);
 
   // Cordoning a node takes it out of the offer.
-  auto c = *KubeClient::Make(a);
+  auto& c = api.client;
   ASSERT_EQ(c->Call("PATCH", "/api/v1/nodes/kn-1", R"({"spec":{"unschedulable":true}})",
                     "application/merge-patch+json")->status, 200);
   ASSERT_TRUE(k.Refresh().ok());
@@ -83,16 +95,9 @@ TEST(KubeSite, OffersTheSelectedNodesLessWhatTheClustersOwnPodsHold) {
 }
 
 TEST(KubeSite, AFailingServerIsRetriedWithBackoffAndTheSiteOffersNothingMeanwhile) {
-  TempDir dir;
-  auto server = FakeKubeServer::Start({"127.0.0.1:0", "tok", dir / "logs"});
-  ASSERT_TRUE(server.ok());
-  KubeAccess a;
-  a.server = "https://127.0.0.1:" + std::to_string((*server)->port());
-  a.token = "tok";
-  a.insecure_skip_verify = true;
-  auto c = *KubeClient::Make(a);
-  Populate(*c);
-  KubeCluster k({}, std::move(*KubeClient::Make(a)));
+  InProcessApi api;
+  auto& c = api.client;
+  KubeCluster k({}, api.NewClient());
   ASSERT_TRUE(k.Refresh().ok());
   EXPECT_EQ(k.InventoryNodes().size(), 3u);  // no selector: every GPU node
   const auto listed = [&] {
@@ -125,16 +130,9 @@ TEST(KubeSite, AFailingServerIsRetriedWithBackoffAndTheSiteOffersNothingMeanwhil
 // Watches tell of changes at once (a foreign pod, a cordon) and relist when
 // the server says 410 Gone.
 TEST(KubeSite, WatchesTellOfChangesAndRelistAfter410) {
-  TempDir dir;
-  auto server = FakeKubeServer::Start({"127.0.0.1:0", "tok", dir / "logs"});
-  ASSERT_TRUE(server.ok());
-  KubeAccess a;
-  a.server = "https://127.0.0.1:" + std::to_string((*server)->port());
-  a.token = "tok";
-  a.insecure_skip_verify = true;
-  auto c = *KubeClient::Make(a);
-  Populate(*c);
-  KubeCluster k({}, std::move(*KubeClient::Make(a)));
+  InProcessApi api;
+  auto& c = api.client;
+  KubeCluster k({}, api.NewClient());
   ASSERT_TRUE(k.Refresh().ok());
   std::atomic<int> told{0};
   k.StartWatching([&] {
@@ -354,18 +352,11 @@ TEST_F(KubeFederationTest, JobsRunAsPodsAcrossSitesSurviveAGatewayRestartAndCanc
 // hold's pods', so a pod created on the node before the commit is refused by
 // the kubelet; a quota refusal leaves nothing behind and says why.
 TEST(KubeHold, AForeignPodCannotTakeHeldGpusAndARefusedHoldLeavesNothing) {
-  TempDir dir;
-  auto server = FakeKubeServer::Start({"127.0.0.1:0", "tok", dir / "logs"});
-  ASSERT_TRUE(server.ok());
-  KubeAccess a;
-  a.server = "https://127.0.0.1:" + std::to_string((*server)->port());
-  a.token = "tok";
-  a.insecure_skip_verify = true;
-  auto c = *KubeClient::Make(a);
-  Populate(*c);
+  InProcessApi api;
+  auto& c = api.client;
   gateway::KubernetesConfig cfg;
   cfg.tenant_namespaces = {{"vision", "team-x"}};
-  KubeCluster k(cfg, std::move(*KubeClient::Make(a)), "site-k");
+  KubeCluster k(cfg, api.NewClient(), "site-k");
   auto id = k.ReserveHold("fedgate-j-1-1", {{"kn-1", 4}}, "other", std::chrono::seconds(3));
   ASSERT_TRUE(id.ok()) << id.status();
   const auto foreign = [&](const std::string& name) {

@@ -45,15 +45,6 @@ std::string KindOf(const std::string& resource) {
   return "ResourceQuota";
 }
 
-std::string NowText() {
-  char buf[32];
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 Json StatusBody(int code, const std::string& reason, const std::string& message) {
   Json s = Obj();
   *Mutable(&s, {"kind"}) = Str("Status");

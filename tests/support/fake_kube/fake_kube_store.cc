@@ -8,8 +8,7 @@ namespace fedgate::testing::fakekube {
 
 using namespace gateway::kube;  // NOLINT: the JSON helpers
 
-namespace {
-std::string Now() {
+std::string NowText() {
   char buf[32];
   const std::time_t t = std::time(nullptr);
   std::tm tm{};
@@ -17,6 +16,8 @@ std::string Now() {
   std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
 }
+
+namespace {
 
 std::string Kind(const std::string& resource) {
   if (resource == "pods") return "pod";
@@ -53,7 +54,7 @@ std::optional<ApiFailure> Store::Create(const Key& key, Json* obj) {
   if (!key.ns.empty()) *Mutable(obj, {"metadata", "namespace"}) = Str(key.ns);
   *Mutable(obj, {"metadata", "resourceVersion"}) = Str(std::to_string(rv_));
   *Mutable(obj, {"metadata", "uid"}) = Str(StrCat("fake-uid-", Kind(key.resource), "-", ++uid_));
-  *Mutable(obj, {"metadata", "creationTimestamp"}) = Str(Now());
+  *Mutable(obj, {"metadata", "creationTimestamp"}) = Str(NowText());
   objects_[key] = *obj;
   RecordLocked("ADDED", key, *obj);
   return std::nullopt;

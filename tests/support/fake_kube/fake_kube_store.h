@@ -45,6 +45,9 @@ struct ApiFailure {
   std::string message;
 };
 
+// Now as Kubernetes writes times (RFC 3339, seconds, UTC).
+std::string NowText();
+
 class Store {
  public:
   explicit Store(size_t history = 2000) : history_(history) {}

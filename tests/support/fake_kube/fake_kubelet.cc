@@ -19,15 +19,6 @@ namespace fedgate::testing::fakekube {
 using namespace gateway::kube;  // NOLINT: the JSON helpers
 
 namespace {
-std::string Now() {
-  char buf[32];
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 std::vector<Json> Containers(const Json& pod, const char* field) {
   std::vector<Json> out;
   if (const Json* cs = Find(pod, {"spec", field}); cs && cs->has_list_value()) {
@@ -52,7 +43,7 @@ Json Terminated(int code, const std::string& started) {
   *Mutable(&st, {"terminated", "exitCode"}) = Num(code);
   *Mutable(&st, {"terminated", "reason"}) = Str(code == 0 ? "Completed" : "Error");
   *Mutable(&st, {"terminated", "startedAt"}) = Str(started);
-  *Mutable(&st, {"terminated", "finishedAt"}) = Str(Now());
+  *Mutable(&st, {"terminated", "finishedAt"}) = Str(NowText());
   return st;
 }
 }  // namespace
@@ -211,7 +202,7 @@ void FakeKubelet::Run(Key pod) {
     running_.erase(pod);
     return;
   }
-  const std::string started = Now();
+  const std::string started = NowText();
   set_status([&](Json* s) {
     *Mutable(s, {"hostIP"}) = Str("127.0.0.1");
     *Mutable(s, {"podIP"}) = Str("127.0.0.1");
@@ -234,7 +225,7 @@ void FakeKubelet::Run(Key pod) {
       pids_[pod] = {pid};
     }
     Json running = Obj();
-    *Mutable(&running, {"running", "startedAt"}) = Str(Now());
+    *Mutable(&running, {"running", "startedAt"}) = Str(NowText());
     Json now = init_statuses;
     *Append(&now) = Status(name, images[name], running);
     set_status([&](Json* s) {
@@ -261,7 +252,7 @@ void FakeKubelet::Run(Key pod) {
       const std::string name = FindString(c, {"name"});
       procs.emplace_back(name, Spawn(pod, c, LogPath(pod, name)));
       Json running = Obj();
-      *Mutable(&running, {"running", "startedAt"}) = Str(Now());
+      *Mutable(&running, {"running", "startedAt"}) = Str(NowText());
       *Append(&statuses) = Status(name, images[name], running);
     }
     {
