@@ -141,7 +141,7 @@ int RunKubeRank(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(std::min(10000, 250 << std::min(*tries, 6))));
     ++*tries;
   };
-  std::string ns, pod, cm;
+  std::string ns, pod;
   for (int tries = 0;;) {
     auto list = JsonOf(
         c.Call("GET", StrCat("/api/v1/pods?labelSelector=", QueryEscape(StrCat(kHoldLabel, "=", args->hold)),
@@ -156,44 +156,35 @@ int RunKubeRank(int argc, char** argv) {
       const Json& p = items->list_value().values(0);
       ns = FindString(p, {"metadata", "namespace"});
       pod = FindString(p, {"metadata", "name"});
-      if (const Json* refs = Find(p, {"metadata", "ownerReferences"}); refs && refs->has_list_value()) {
-        for (const auto& r : refs->list_value().values()) {
-          if (FindString(r, {"kind"}) == "ConfigMap") cm = FindString(r, {"name"});
-        }
-      }
       break;
     }
     Say(std::string(list.status().message()));
     retry(&tries);
   }
   const std::string pod_path = StrCat("/api/v1/namespaces/", ns, "/pods/", pod);
-  // The commit: the script, then the mark that makes the kubelet look.
-  const auto index = ParseNumber<size_t>(pod.substr(pod.rfind('-') + 1));
-  if (!index) {
-    Say(StrCat("pod ", ns, "/", pod, " is not named like a hold's pod"));
-    return 1;
-  }
-  Json patch = Obj();
-  *Mutable(&patch, {"data", ScriptKey(*index, args->container)}) =
-      Str(RankScript(RankEnvironment(), args->command));
-  Json mark = Obj();
-  *Mutable(&mark, {"metadata", "annotations", "fedgate.io/committed-" + args->container}) =
-      Str(std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                             std::chrono::system_clock::now().time_since_epoch()).count()));
-  for (const auto& [path, body] : {std::pair{StrCat("/api/v1/namespaces/", ns, "/configmaps/", cm), patch},
-                                   std::pair{pod_path, mark}}) {
+  // The commit: this rank's environment and command as annotations; the
+  // rank whose patch completes the pod's set lets the init step go.
+  Json mine = Obj();
+  *Mutable(&mine, {"metadata", "annotations"}) =
+      CommitAnnotations(args->container, RankEnvironment(), args->command);
+  Json go = Obj();
+  *Mutable(&go, {"metadata", "annotations", kCommitted}) = Str("true");
+  // The pod after the patch, or nullopt when it is gone (the hold was released).
+  const auto patch = [&](const Json& body) -> std::optional<Json> {
     for (int tries = 0;;) {
-      auto r = JsonOf(c.Call("PATCH", path, ToJson(body), "application/merge-patch+json"), "committing");
-      if (r.ok()) break;
+      auto r = JsonOf(c.Call("PATCH", pod_path, ToJson(body), "application/merge-patch+json"), "committing");
+      if (r.ok()) return *r;
       if (r.status().code() == absl::StatusCode::kNotFound) {
-        Say(StrCat(path, " is gone: the hold was released"));
-        return 137;
+        Say(StrCat("pod ", ns, "/", pod, " is gone: the hold was released"));
+        return std::nullopt;
       }
       Say(std::string(r.status().message()));
       retry(&tries);
     }
-  }
-
+  };
+  auto after = patch(mine);
+  if (!after) return 137;
+  if (AllRanksCommitted(*after) && !patch(go)) return 137;
   std::atomic<bool> stopping{false};
   std::thread signals([&] {
     int sig = 0;

@@ -24,9 +24,32 @@ HoldNames NamesOf(uint64_t id) {
 
 std::string HoldNames::Pod(size_t node_index) const { return StrCat(configmap, "-", node_index); }
 
-std::string ScriptKey(size_t node_index, const std::string& container) {
-  return StrCat("pod-", node_index, ".", container, ".sh");
+const std::vector<std::string>& RankVariables() {
+  static const std::vector<std::string> kVars = {
+      "MASTER_ADDR",    "MASTER_PORT",      "WORLD_SIZE",       "RANK",
+      "LOCAL_RANK",     "LOCAL_WORLD_SIZE", "GROUP_RANK",       "CUDA_VISIBLE_DEVICES",
+      "FEDGATE_JOB_ID", "FEDGATE_SITE",     "FEDGATE_ATTEMPT",  "FEDGATE_NODE_ADDR",
+      "FEDGATE_RESTART"};
+  return kVars;
 }
+
+std::string RankAnnotation(const std::string& container, const std::string& var) {
+  return StrCat("fedgate.io/", container, ".", var);
+}
+
+namespace {
+Json FromAnnotation(const std::string& name, const std::string& key) {
+  Json e = Obj();
+  *Mutable(&e, {"name"}) = Str(name);
+  *Mutable(&e, {"valueFrom", "fieldRef", "fieldPath"}) = Str(StrCat("metadata.annotations['", key, "']"));
+  return e;
+}
+
+void Restricted(Json* ctr) {
+  *Mutable(ctr, {"securityContext", "allowPrivilegeEscalation"}) = Bool(false);
+  *Append(Mutable(ctr, {"securityContext", "capabilities", "drop"})) = Str("ALL");
+}
+}  // namespace
 
 namespace {
 Json Labels(const HoldSpec& h) {
@@ -81,31 +104,44 @@ Json HoldPod(const HoldSpec& h, const std::string& node, size_t i, uint32_t gpus
   *Mutable(spec, {"securityContext", "runAsUser"}) = Num(1000);
   *Mutable(spec, {"securityContext", "runAsGroup"}) = Num(1000);
   *Mutable(spec, {"securityContext", "seccompProfile", "type"}) = Str("RuntimeDefault");
+  // The pod's own annotations as a file: the init step waits on it.
   Json vol = Obj();
-  *Mutable(&vol, {"name"}) = Str("slice");
-  *Mutable(&vol, {"configMap", "name"}) = Str(names.configmap);
+  *Mutable(&vol, {"name"}) = Str("podinfo");
+  Json item = Obj();
+  *Mutable(&item, {"path"}) = Str("annotations");
+  *Mutable(&item, {"fieldRef", "fieldPath"}) = Str("metadata.annotations");
+  *Append(Mutable(&vol, {"downwardAPI", "items"})) = item;
   *Append(Mutable(spec, {"volumes"})) = vol;
+  Json hold = Obj();
+  *Mutable(&hold, {"name"}) = Str("hold");
+  *Mutable(&hold, {"image"}) = Str(h.image);
+  Json* hold_cmd = Mutable(&hold, {"command"});
+  for (const char* w : {"sh", "-c"}) *Append(hold_cmd) = Str(w);
+  *Append(hold_cmd) = Str(StrCat("until grep -qs '^", kCommitted, "=\"true\"' ", kPodInfoMount,
+                                 "/annotations; do sleep 1; done"));
+  Json mount = Obj();
+  *Mutable(&mount, {"name"}) = Str("podinfo");
+  *Mutable(&mount, {"mountPath"}) = Str(kPodInfoMount);
+  *Mutable(&mount, {"readOnly"}) = Bool(true);
+  *Append(Mutable(&hold, {"volumeMounts"})) = mount;
+  Restricted(&hold);
+  *Append(Mutable(spec, {"initContainers"})) = hold;
   for (uint32_t g = 0; g < gpus; ++g) {
     const std::string c = StrCat("rank-", g);
     Json ctr = Obj();
     *Mutable(&ctr, {"name"}) = Str(c);
     *Mutable(&ctr, {"image"}) = Str(h.image);
     Json* cmd = Mutable(&ctr, {"command"});
-    *cmd = List();
-    *Append(cmd) = Str("sh");
-    *Append(cmd) = Str("-c");
-    // Held until the commit writes this rank's script.
-    const std::string script = StrCat(kSliceMount, "/", ScriptKey(i, c));
-    *Append(cmd) = Str(StrCat("until [ -f ", script, " ]; do sleep 1; done; exec sh ", script));
+    for (const char* w : {"sh", "-c"}) *Append(cmd) = Str(w);
+    // The job's other variables, then its command (both written at the commit).
+    *Append(cmd) = Str("eval \"$FEDGATE_RANK_EXPORTS\"; eval \"exec $FEDGATE_COMMAND\"");
+    Json* env = Mutable(&ctr, {"env"});
+    for (const auto& v : RankVariables()) *Append(env) = FromAnnotation(v, RankAnnotation(c, v));
+    *Append(env) = FromAnnotation("FEDGATE_RANK_EXPORTS", RankAnnotation(c, "env"));
+    *Append(env) = FromAnnotation("FEDGATE_COMMAND", kCommand);
     *Mutable(&ctr, {"resources", "limits", kGpuResource}) = Str("1");
     *Mutable(&ctr, {"resources", "requests", kGpuResource}) = Str("1");
-    Json mount = Obj();
-    *Mutable(&mount, {"name"}) = Str("slice");
-    *Mutable(&mount, {"mountPath"}) = Str(kSliceMount);
-    *Mutable(&mount, {"readOnly"}) = Bool(true);
-    *Append(Mutable(&ctr, {"volumeMounts"})) = mount;
-    *Mutable(&ctr, {"securityContext", "allowPrivilegeEscalation"}) = Bool(false);
-    *Append(Mutable(&ctr, {"securityContext", "capabilities", "drop"})) = Str("ALL");
+    Restricted(&ctr);
     *Append(Mutable(spec, {"containers"})) = ctr;
   }
   return p;
@@ -123,9 +159,8 @@ std::string ShellQuote(const std::string& s) {
   return out + "'";
 }
 
-std::string RankScript(const std::vector<std::pair<std::string, std::string>>& env,
-                       const std::vector<std::string>& command) {
-  std::string out = "# written by fedgate at the commit of this rank\n";
+std::string ExportScript(const std::vector<std::pair<std::string, std::string>>& env) {
+  std::string out;
   for (const auto& [k, v] : env) {
     const bool name = !k.empty() && !std::isdigit(static_cast<unsigned char>(k[0])) &&
                       std::all_of(k.begin(), k.end(), [](char c) {
@@ -133,9 +168,40 @@ std::string RankScript(const std::vector<std::pair<std::string, std::string>>& e
                       });
     if (name) out += StrCat("export ", k, "=", ShellQuote(v), "\n");  // sh cannot name others
   }
-  out += "exec";
-  for (const auto& w : command) out += " " + ShellQuote(w);
-  return out + "\n";
+  return out;
+}
+
+Json CommitAnnotations(const std::string& container,
+                       const std::vector<std::pair<std::string, std::string>>& env,
+                       const std::vector<std::string>& command) {
+  const auto& fixed = RankVariables();
+  Json a = Obj();
+  std::vector<std::pair<std::string, std::string>> others;
+  for (const auto& [k, v] : env) {
+    if (std::find(fixed.begin(), fixed.end(), k) != fixed.end()) {
+      *Mutable(&a, {RankAnnotation(container, k)}) = Str(v);
+    } else {
+      others.emplace_back(k, v);
+    }
+  }
+  // Every variable of the list has its annotation, set or empty.
+  for (const auto& v : fixed) {
+    if (!Find(a, {RankAnnotation(container, v)})) *Mutable(&a, {RankAnnotation(container, v)}) = Str("");
+  }
+  *Mutable(&a, {RankAnnotation(container, "env")}) = Str(ExportScript(others));
+  std::string line;
+  for (const auto& w : command) line += (line.empty() ? "" : " ") + ShellQuote(w);
+  *Mutable(&a, {kCommand}) = Str(line);
+  return a;
+}
+
+bool AllRanksCommitted(const Json& pod) {
+  const Json* cs = Find(pod, {"spec", "containers"});
+  if (!cs || !cs->has_list_value()) return false;
+  for (const auto& c : cs->list_value().values()) {
+    if (!Find(pod, {"metadata", "annotations", RankAnnotation(FindString(c, {"name"}), "RANK")})) return false;
+  }
+  return true;
 }
 
 }  // namespace fedgate::gateway::kube

@@ -5,10 +5,13 @@
 // pods: deleting it deletes them), and per node one pod bound to the node
 // (spec.nodeName) with one container per GPU, each with an nvidia.com/gpu
 // limit of 1. The kubelet admits the pod at once, so from Prepare on the
-// GPUs are the pod's and no other pod can take them. Each container waits
-// until its rank's script appears in the ConfigMap (mounted as a volume)
-// and then runs it: the script is written at commit, with the rank's
-// environment and the job's command. Abort = delete the ConfigMap.
+// GPUs are the pod's and no other pod can take them. An init container
+// holds the pod until the commit: it waits for the annotation
+// fedgate.io/committed (read through a downward API volume). Each rank's
+// environment is its container's env, each variable from an annotation
+// (valueFrom fieldRef), which the kubelet reads when it starts the
+// container, after the init step: the commit writes them first. Abort =
+// delete the ConfigMap.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +25,16 @@
 namespace fedgate::gateway::kube {
 
 inline constexpr const char* kHoldLabel = "fedgate.io/hold";
-inline constexpr const char* kSliceMount = "/etc/fedgate/slice";
+inline constexpr const char* kCommitted = "fedgate.io/committed";
+inline constexpr const char* kCommand = "fedgate.io/command";
+inline constexpr const char* kPodInfoMount = "/etc/fedgate/podinfo";
+
+// DESIGN.md's rank environment: each its own annotation and env entry.
+// Any other variable of a rank (the job's env, dataset folders) travels in
+// one script of exports (annotation fedgate.io/<container>.env).
+const std::vector<std::string>& RankVariables();
+// The annotation holding `var` of `container` ("fedgate.io/rank-0.RANK").
+std::string RankAnnotation(const std::string& container, const std::string& var);
 
 struct HoldNames {
   std::string id;         // 12 hex digits, also the fedgate.io/hold label
@@ -48,13 +60,16 @@ Json SliceConfigMap(const HoldSpec& h);
 Json HoldPod(const HoldSpec& h, const std::string& node, size_t i, uint32_t gpus,
              const std::string& owner_uid);
 
-// The ConfigMap key of the script of `container` in the hold's pod `i`.
-std::string ScriptKey(size_t node_index, const std::string& container);
-
-// A rank's script: its environment exported, then its command exec'd (each
-// word quoted for sh).
-std::string RankScript(const std::vector<std::pair<std::string, std::string>>& env,
+// The commit of one rank: its variables, its other exports and the job's
+// command, as annotations (a merge patch's metadata.annotations).
+Json CommitAnnotations(const std::string& container,
+                       const std::vector<std::pair<std::string, std::string>>& env,
                        const std::vector<std::string>& command);
+// Every rank container of the pod has its commit written.
+bool AllRanksCommitted(const Json& pod);
+
+// `export K='V'` lines for the variables sh can name (others are left out).
+std::string ExportScript(const std::vector<std::pair<std::string, std::string>>& env);
 std::string ShellQuote(const std::string& s);
 
 }  // namespace fedgate::gateway::kube

@@ -31,6 +31,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (v->has_struct_value()) {
     for (const auto& [k, val] : v->struct_value().fields()) env.emplace_back(k, val.string_value());
   }
-  (void)RankScript(env, {text.substr(0, 64)});
+  (void)CommitAnnotations("rank-0", env, {text.substr(0, 64)});
+  (void)AllRanksCommitted(*v);
   return 0;
 }

@@ -20,11 +20,16 @@ int main(int argc, char** argv) {
   h.job = "j-4ba0ab88c1723ec6";
   h.attempt = "2";
   h.image = "nvcr.io/nvidia/pytorch:24.05-py3";
-  Json cm = SliceConfigMap(h);
-  *Mutable(&cm, {"data", ScriptKey(0, "rank-0")}) =
-      Str(RankScript({{"RANK", "0"}, {"MASTER_ADDR", "10.0.0.1"}}, {"python3", "train.py"}));
-  std::ofstream(dir + "/configmap.json") << ToJson(cm);
-  std::ofstream(dir + "/pod.json") << ToJson(HoldPod(h, "gpu-node-1", 0, 4, "0b1c2d3e-0000-4000-8000-000000000001"));
+  std::ofstream(dir + "/configmap.json") << ToJson(SliceConfigMap(h));
+  // A pod as it is once committed: its ranks' annotations written.
+  Json pod = HoldPod(h, "gpu-node-1", 0, 4, "0b1c2d3e-0000-4000-8000-000000000001");
+  for (int r = 0; r < 4; ++r) {
+    MergePatch(Mutable(&pod, {"metadata", "annotations"}),
+               CommitAnnotations("rank-" + std::to_string(r), {{"RANK", std::to_string(r)}, {"MASTER_ADDR", "10.0.0.1"}},
+                                 {"python3", "train.py"}));
+  }
+  *Mutable(&pod, {"metadata", "annotations", kCommitted}) = Str("true");
+  std::ofstream(dir + "/pod.json") << ToJson(pod);
   h.host_network = true;
   std::ofstream(dir + "/pod-host-network.json")
       << ToJson(HoldPod(h, "gpu-node-2", 1, 1, "0b1c2d3e-0000-4000-8000-000000000001"));

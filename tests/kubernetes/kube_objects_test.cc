@@ -2,6 +2,8 @@
 // quantities, and what nodes and pods leave free.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "gateway/kube/kube_json.h"
 #include "gateway/kube/kube_nodes.h"
 #include "gateway/kube/kube_objects.h"
@@ -161,25 +163,48 @@ TEST(KubeObjects, AHoldPodIsBoundWithOneGpuContainerPerRankAndRestricted) {
     EXPECT_EQ(FindString(cs[i], {"image"}), "img:1");
     EXPECT_EQ(FindString(cs[i], {"resources", "limits", kGpuResource}), "1");
     EXPECT_FALSE(Find(cs[i], {"securityContext", "allowPrivilegeEscalation"})->bool_value());
-    // Held until its own script (of this pod, this container) appears.
-    const std::string cmd = cs[i].struct_value().fields().at("command").list_value().values(2).string_value();
-    EXPECT_NE(cmd.find(std::string(kSliceMount) + "/" + ScriptKey(1, name)), std::string::npos) << cmd;
+    // The rank environment is the container's env, each variable from its
+    // own annotation, read when the container starts.
+    std::map<std::string, std::string> env;
+    for (const auto& e : Find(cs[i], {"env"})->list_value().values()) {
+      env[FindString(e, {"name"})] = FindString(e, {"valueFrom", "fieldRef", "fieldPath"});
+    }
+    for (const auto& v : RankVariables()) {
+      EXPECT_EQ(env[v], "metadata.annotations['fedgate.io/" + name + "." + v + "']") << v;
+    }
+    EXPECT_EQ(env["FEDGATE_COMMAND"], "metadata.annotations['fedgate.io/command']");
   }
-  EXPECT_NE(ScriptKey(0, "rank-0"), ScriptKey(1, "rank-0"));  // per pod: nodes never share one
+  // Held at the init step until the commit.
+  const auto& init = Find(p, {"spec", "initContainers"})->list_value().values();
+  ASSERT_EQ(init.size(), 1);
+  EXPECT_EQ(Find(init[0], {"resources", "limits", kGpuResource}), nullptr);
+  EXPECT_NE(init[0].struct_value().fields().at("command").list_value().values(2).string_value().find(
+                "fedgate.io/committed=\"true\""),
+            std::string::npos);
   const Json cm = SliceConfigMap(h);
   EXPECT_EQ(FindString(cm, {"metadata", "name"}), "fedgate-hold-abcdef123456");
   EXPECT_EQ(FindString(cm, {"metadata", "labels", kHoldLabel}), "abcdef123456");
 }
 
-TEST(KubeObjects, RankScriptsQuoteEveryValueAndSkipWhatShCannotName) {
-  const std::string script =
-      RankScript({{"RANK", "3"}, {"EVIL", "a'b $(rm -rf /) \"c\""}, {"9BAD", "x"}, {"A-B", "y"}},
-                 {"python3", "-c", "print('hi')"});
-  EXPECT_NE(script.find("export RANK='3'\n"), std::string::npos);
-  EXPECT_NE(script.find("export EVIL='a'\\''b $(rm -rf /) \"c\"'\n"), std::string::npos) << script;
-  EXPECT_EQ(script.find("9BAD"), std::string::npos);
-  EXPECT_EQ(script.find("A-B"), std::string::npos);
-  EXPECT_NE(script.find("exec 'python3' '-c' 'print('\\''hi'\\'')'\n"), std::string::npos) << script;
+TEST(KubeObjects, ACommitIsAnnotationsAndQuotesWhatShWillRead) {
+  const Json a = CommitAnnotations(
+      "rank-1", {{"RANK", "3"}, {"EVIL", "a'b $(rm -rf /) \"c\""}, {"9BAD", "x"}, {"A-B", "y"}},
+      {"python3", "-c", "print('hi')"});
+  EXPECT_EQ(FindString(a, {"fedgate.io/rank-1.RANK"}), "3");
+  EXPECT_EQ(FindString(a, {"fedgate.io/rank-1.MASTER_ADDR"}), "");  // every variable, set or empty
+  ASSERT_NE(Find(a, {"fedgate.io/rank-1.MASTER_ADDR"}), nullptr);
+  const std::string exports = FindString(a, {"fedgate.io/rank-1.env"});
+  EXPECT_EQ(exports, "export EVIL='a'\\''b $(rm -rf /) \"c\"'\n") << exports;  // no RANK, no 9BAD, no A-B
+  EXPECT_EQ(FindString(a, {kCommand}), "'python3' '-c' 'print('\\''hi'\\'')'");
+
+  HoldSpec h;
+  h.id = 1;
+  Json pod = HoldPod(h, "n", 0, 2, "u");
+  EXPECT_FALSE(AllRanksCommitted(pod));
+  MergePatch(Mutable(&pod, {"metadata", "annotations"}), CommitAnnotations("rank-0", {{"RANK", "0"}}, {"x"}));
+  EXPECT_FALSE(AllRanksCommitted(pod));
+  MergePatch(Mutable(&pod, {"metadata", "annotations"}), CommitAnnotations("rank-1", {{"RANK", "1"}}, {"x"}));
+  EXPECT_TRUE(AllRanksCommitted(pod));
 }
 
 }  // namespace

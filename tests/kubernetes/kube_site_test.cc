@@ -6,6 +6,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <algorithm>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -308,23 +310,29 @@ TEST_F(KubeFederationTest, JobsRunAsPodsAcrossSitesSurviveAGatewayRestartAndCanc
     auto valid = RunCommand(cmd, {}, 120000);
     EXPECT_EQ(valid.exit_code, 0) << valid.out << valid.err;
     EXPECT_NE(valid.out.find(": valid"), std::string::npos) << valid.out;
-    // Each rank's script is written as its fedgate-kube-rank starts.
-    std::string scripts;
+    // Each rank's environment is its container's env, from the annotations
+    // its fedgate-kube-rank wrote at the commit; then the init step let go.
+    std::map<std::string, std::string> annotations;
     ASSERT_TRUE(Eventually([&] {
-      auto cms = JsonOf(api_client_->Call("GET", "/api/v1/namespaces/fedgate-jobs/configmaps?labelSelector=fedgate.io%2Fjob%3D" + id),
-                        "configmaps");
-      if (!cms.ok() || gateway::kube::Find(*cms, {"items"})->list_value().values_size() != 1) return false;
-      const auto* data = gateway::kube::Find(gateway::kube::Find(*cms, {"items"})->list_value().values(0), {"data"});
-      scripts.clear();
-      for (const auto& [k, v] : data->struct_value().fields()) scripts += v.string_value();
-      return data->struct_value().fields_size() == 7;
-    }, 10000)) << scripts;
-    for (int r = 3; r < 10; ++r) {
-      EXPECT_NE(scripts.find("export RANK='" + std::to_string(r) + "'"), std::string::npos) << scripts;
+      annotations.clear();
+      for (const auto& p : Pods(id)) {
+        if (const auto* a = gateway::kube::Find(p, {"metadata", "annotations"}); a && a->has_struct_value()) {
+          for (const auto& [k, v] : a->struct_value().fields()) annotations[k + "@" + gateway::kube::FindString(p, {"metadata", "name"})] = v.string_value();
+        }
+      }
+      return std::count_if(annotations.begin(), annotations.end(),
+                           [](const auto& kv) { return kv.first.rfind("fedgate.io/committed@", 0) == 0; }) == 2;
+    }, 10000));
+    std::set<std::string> ranks, worlds, visible;
+    for (const auto& [k, v] : annotations) {
+      if (k.find(".RANK@") != std::string::npos) ranks.insert(v);
+      if (k.find(".WORLD_SIZE@") != std::string::npos) worlds.insert(v);
+      if (k.find(".CUDA_VISIBLE_DEVICES@") != std::string::npos) visible.insert(v);
+      EXPECT_EQ(v.find("fed-token"), std::string::npos) << "the API token stays out of the pods: " << k;
     }
-    EXPECT_NE(scripts.find("export WORLD_SIZE='10'"), std::string::npos);
-    EXPECT_NE(scripts.find("export CUDA_VISIBLE_DEVICES='0'"), std::string::npos);
-    EXPECT_EQ(scripts.find("FEDGATE_KUBE_TOKEN"), std::string::npos) << "the API token stays out of the pods";
+    EXPECT_EQ(ranks, (std::set<std::string>{"3", "4", "5", "6", "7", "8", "9"}));
+    EXPECT_EQ(worlds, (std::set<std::string>{"10"}));
+    EXPECT_EQ(visible, (std::set<std::string>{"0"}));
 
     fed_.Kill("site-k");
     std::this_thread::sleep_for(std::chrono::seconds(1));

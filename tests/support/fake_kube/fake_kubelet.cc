@@ -100,28 +100,83 @@ std::string FakeKubelet::VolumeDir(const Key& pod, const std::string& volume) co
   return StrCat(log_dir_, "/volumes/", pod.ns, "_", pod.name, "/", volume);
 }
 
-void FakeKubelet::SyncVolumes(const Key& pod, const Json& obj) {
-  const Json* vols = Find(obj, {"spec", "volumes"});
+namespace {
+// Writes `text` to `path` whole (as the kubelet's atomic writer swaps files)
+// when it differs.
+void WriteIfChanged(const std::string& path, const std::string& text) {
+  std::ifstream in(path, std::ios::binary);
+  std::string now((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in && now == text) return;
+  std::error_code ec;
+  std::ofstream(path + ".tmp", std::ios::binary) << text;
+  std::filesystem::permissions(path + ".tmp", std::filesystem::perms(0644), ec);
+  std::filesystem::rename(path + ".tmp", path, ec);
+}
+
+// A map as the downward API writes it: key="value" lines, sorted, values
+// quoted like Go's %q.
+std::string KeyValueLines(const Json* map) {
+  std::map<std::string, std::string> sorted;
+  if (map && map->has_struct_value()) {
+    for (const auto& [k, v] : map->struct_value().fields()) sorted[k] = v.string_value();
+  }
+  std::string out;
+  for (const auto& [k, v] : sorted) {
+    out += k + "=\"";
+    for (char c : v) {
+      if (c == '"' || c == '\\') out += '\\';
+      if (c == '\n') {
+        out += "\\n";
+        continue;
+      }
+      out += c;
+    }
+    out += "\"\n";
+  }
+  return out;
+}
+
+// The value of a fieldRef (metadata.name, metadata.namespace, spec.nodeName,
+// status.podIP, metadata.annotations['k'], metadata.labels['k']).
+std::string FieldValue(const Json& pod, const std::string& path) {
+  for (const char* map : {"annotations", "labels"}) {
+    const std::string prefix = std::string("metadata.") + map + "['";
+    if (path.rfind(prefix, 0) == 0 && path.size() > prefix.size() + 2) {
+      return FindString(pod, {"metadata", map, path.substr(prefix.size(), path.size() - prefix.size() - 2)});
+    }
+  }
+  if (path == "metadata.name") return FindString(pod, {"metadata", "name"});
+  if (path == "metadata.namespace") return FindString(pod, {"metadata", "namespace"});
+  if (path == "spec.nodeName") return FindString(pod, {"spec", "nodeName"});
+  if (path == "status.podIP") return FindString(pod, {"status", "podIP"});
+  return "";
+}
+}  // namespace
+
+void FakeKubelet::SyncVolumes(const Key& pod) {
+  auto obj = store_->Get(pod);
+  if (!obj) return;
+  const Json* vols = Find(*obj, {"spec", "volumes"});
   if (!vols || !vols->has_list_value()) return;
   for (const auto& v : vols->list_value().values()) {
-    const std::string cm = FindString(v, {"configMap", "name"});
-    if (cm.empty()) continue;
     const std::string dir = VolumeDir(pod, FindString(v, {"name"}));
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     std::filesystem::permissions(dir, std::filesystem::perms(0755), ec);
-    auto data = store_->Get(Key{"configmaps", pod.ns, cm});
-    const Json* d = data ? Find(*data, {"data"}) : nullptr;
-    if (!d || !d->has_struct_value()) continue;
-    for (const auto& [k, val] : d->struct_value().fields()) {
-      const std::string path = dir + "/" + k;
-      std::ifstream in(path, std::ios::binary);
-      std::string now((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      if (in && now == val.string_value()) continue;
-      // Whole files only, as the kubelet's atomic writer swaps them.
-      std::ofstream(path + ".tmp", std::ios::binary) << val.string_value();
-      std::filesystem::permissions(path + ".tmp", std::filesystem::perms(0644), ec);
-      std::filesystem::rename(path + ".tmp", path, ec);
+    if (const std::string cm = FindString(v, {"configMap", "name"}); !cm.empty()) {
+      auto data = store_->Get(Key{"configmaps", pod.ns, cm});
+      const Json* d = data ? Find(*data, {"data"}) : nullptr;
+      if (!d || !d->has_struct_value()) continue;
+      for (const auto& [k, val] : d->struct_value().fields()) WriteIfChanged(dir + "/" + k, val.string_value());
+    }
+    if (const Json* items = Find(v, {"downwardAPI", "items"}); items && items->has_list_value()) {
+      for (const auto& item : items->list_value().values()) {
+        const std::string field = FindString(item, {"fieldRef", "fieldPath"});
+        const std::string text = field == "metadata.annotations" ? KeyValueLines(Find(*obj, {"metadata", "annotations"}))
+                                 : field == "metadata.labels"    ? KeyValueLines(Find(*obj, {"metadata", "labels"}))
+                                                                 : FieldValue(*obj, field);
+        WriteIfChanged(dir + "/" + FindString(item, {"path"}), text);
+      }
     }
   }
 }
@@ -148,8 +203,13 @@ pid_t FakeKubelet::Spawn(const Key& pod, const Json& c, const std::string& log) 
   if (argv.empty()) argv = {"sleep", "infinity"};  // no image entrypoint here: a pause container
   std::vector<std::string> env = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOSTNAME=" + pod.name};
   if (const Json* l = Find(c, {"env"}); l && l->has_list_value()) {
+    // valueFrom is read now, when the container starts, from the pod as it
+    // is now: what the kubelet does too.
+    const auto now = store_->Get(pod);
     for (const auto& e : l->list_value().values()) {
-      env.push_back(StrCat(FindString(e, {"name"}), "=", FindString(e, {"value"})));
+      const std::string field = FindString(e, {"valueFrom", "fieldRef", "fieldPath"});
+      env.push_back(StrCat(FindString(e, {"name"}), "=",
+                           field.empty() ? FindString(e, {"value"}) : now ? FieldValue(*now, field) : ""));
     }
   }
   const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -209,7 +269,7 @@ void FakeKubelet::Run(Key pod) {
     *Mutable(s, {"startTime"}) = Str(started);
   });
   bool failed = false;
-  SyncVolumes(pod, *obj);
+  SyncVolumes(pod);
   const auto stopping = [&] {
     std::lock_guard lock(mu_);
     return closing_ || stopping_.contains(pod);
@@ -234,7 +294,7 @@ void FakeKubelet::Run(Key pod) {
     });
     int ws = 0;
     while (::waitpid(pid, &ws, WNOHANG) != pid) {
-      SyncVolumes(pod, *obj);
+      SyncVolumes(pod);
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     const int code = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
@@ -281,7 +341,7 @@ void FakeKubelet::Run(Key pod) {
         }
       }
       if (done < 0) {
-        SyncVolumes(pod, *obj);
+        SyncVolumes(pod);
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
         continue;
       }

@@ -4,7 +4,8 @@
 // then its init containers and containers run as local processes (the
 // image is not pulled: `command` + `args` run on this host, as --run-as),
 // their output kept per container for pods/log, their exit codes in the
-// pod's status. configMap volumes are folders of files kept up to date. Deleting a pod sends SIGTERM, SIGKILL after the grace
+// pod's status. configMap and downwardAPI volumes are folders of files kept
+// up to date; env valueFrom fieldRef is read when a container starts. Deleting a pod sends SIGTERM, SIGKILL after the grace
 // period, and removes it once its processes are gone.
 #pragma once
 
@@ -40,10 +41,10 @@ class FakeKubelet {
   void Run(Key pod);
   std::string Admit(const Key& pod, const Json& obj);  // "" = admitted, else why not
   pid_t Spawn(const Key& pod, const Json& container, const std::string& log);
-  // configMap volumes as files (refreshed while the pod runs, as a
-  // kubelet's sync does); a container's mountPath in its command and args
-  // is rewritten to the volume's folder (no mount namespaces here).
-  void SyncVolumes(const Key& pod, const Json& obj);
+  // configMap and downwardAPI volumes as files (refreshed while the pod
+  // runs, as a kubelet's sync does); a container's mountPath in its command
+  // and args is rewritten to the volume's folder (no mount namespaces).
+  void SyncVolumes(const Key& pod);
   std::string VolumeDir(const Key& pod, const std::string& volume) const;
 
   Store* store_;
