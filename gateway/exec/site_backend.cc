@@ -152,8 +152,8 @@ class KubeBackend final : public SiteBackend {
   }
 
   // Each rank is its container in the hold's pod on `node`, followed by
-  // fedgate-kube-rank under the shim: it writes the rank's script at the
-  // commit, streams the container's log, stops it with the grace period
+  // fedgate-kube-rank under the shim: it writes the rank's environment into
+  // the pod's annotations at the commit, streams the container's log, stops it with the grace period
   // and exits with its code (so logs, stop and re-attach are the shim's).
   absl::StatusOr<std::vector<std::string>> RankCommand(
       const Allocs& allocs, const std::string& node, const std::string&,

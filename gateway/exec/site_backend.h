@@ -9,7 +9,8 @@
 // re-attached after a gateway restart.
 //   kubernetes  nodes and free GPUs from the API server; the hold is a pod per
 //            node bound there with GPU limits, each rank a container of it
-//            (kube_objects.h), followed under the shim by fedgate-kube-rank.
+//            held until the commit (kube_objects.h), followed under the shim
+//            by fedgate-kube-rank.
 #pragma once
 
 #include <cstdint>
