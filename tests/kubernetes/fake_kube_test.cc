@@ -3,6 +3,7 @@
 // kubelet's GPU admission, quotas, graceful deletion and owner references.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -84,6 +85,25 @@ TEST_F(FakeKubeTest, CreateGetUpdateAnswerWithTheRealCodes) {
   EXPECT_EQ(Code("PATCH", "/api/v1/namespaces/default/configmaps/a", R"([{"op":"add"}])",
                  "application/json-patch+json"),
             415);
+}
+
+TEST_F(FakeKubeTest, ConcurrentPatchesNeverConflictWhileUpdatesOfAnOldVersionDo) {
+  ASSERT_EQ(Code("POST", "/api/v1/namespaces/default/configmaps", R"({"metadata":{"name":"p"}})"), 201);
+  std::vector<std::thread> writers;
+  std::atomic<int> bad{0};
+  for (int w = 0; w < 4; ++w) {
+    writers.emplace_back([&, w] {
+      for (int i = 0; i < 10; ++i) {
+        auto r = c_->Call("PATCH", "/api/v1/namespaces/default/configmaps/p",
+                          R"({"data":{"w)" + std::to_string(w) + "-" + std::to_string(i) + R"(":"x"}})",
+                          "application/merge-patch+json");
+        if (!r.ok() || r->status != 200) ++bad;
+      }
+    });
+  }
+  for (auto& t : writers) t.join();
+  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(Find(Get("/api/v1/namespaces/default/configmaps/p"), {"data"})->struct_value().fields_size(), 40);
 }
 
 TEST_F(FakeKubeTest, StatusChangesOnlyThroughTheSubresource) {

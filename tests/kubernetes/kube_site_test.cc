@@ -207,6 +207,24 @@ class KubeFederationTest : public JobsTest {
     for (const auto& p : gateway::kube::Find(*l, {"items"})->list_value().values()) out.push_back(p);
     return out;
   }
+  // Each pod of the job: its phase and each container's state, for failures.
+  std::string PodStates(const std::string& job) {
+    std::string out;
+    for (const auto& p : Pods(job)) {
+      out += gateway::kube::FindString(p, {"metadata", "name"}) + " " +
+             gateway::kube::FindString(p, {"status", "phase"}) + ":";
+      for (const char* f : {"initContainerStatuses", "containerStatuses"}) {
+        if (const auto* cs = gateway::kube::Find(p, {"status", f}); cs && cs->has_list_value()) {
+          for (const auto& c : cs->list_value().values()) {
+            out += " " + gateway::kube::FindString(c, {"name"}) + "=" +
+                   (gateway::kube::Find(c, {"state", "terminated"}) ? "terminated" : "running");
+          }
+        }
+      }
+      out += "\n";
+    }
+    return out;
+  }
   TempDir dir_;
   std::unique_ptr<Process> api_;
   std::string url_;
@@ -337,7 +355,8 @@ TEST_F(KubeFederationTest, JobsRunAsPodsAcrossSitesSurviveAGatewayRestartAndCanc
     fed_.Kill("site-k");
     std::this_thread::sleep_for(std::chrono::seconds(1));
     fed_.Start("site-k");
-    ASSERT_TRUE(WaitState("site-a", id, v1::Job::SUCCEEDED, 60000)) << Get("site-a", id).reason() << fed_.log("site-k");
+    ASSERT_TRUE(WaitState("site-a", id, v1::Job::SUCCEEDED, 60000))
+        << Get("site-a", id).reason() << "\npods:\n" << PodStates(id) << fed_.log("site-k");
     EXPECT_EQ(Get("site-a", id).attempt(), 1u);
     auto log = RunCommand({FedctlBin(), "--gateway", fed_.endpoint("site-a"), "--tls-dir", tmp_ / "alice",
                            "jobs", "logs", id, "--rank", "9"});

@@ -715,12 +715,30 @@ struct FakeKubeServer::Impl {
       return Fail(400, "BadRequest", "the body of the request was in an unknown format");
     }
     const Key key{rt.resource, rt.ns, rt.name};
+    const std::string expect = r.method == "PUT" ? FindString(*body, {"metadata", "resourceVersion"}) : "";
+    // As the real server's guaranteed update: a patch, or an update that
+    // names no resourceVersion, is applied again to the newest object when
+    // another write came between (a kubelet's status); only an update that
+    // names an old version conflicts.
+    for (int tries = 0;; ++tries) {
+      auto current = store.Get(key);
+      if (!current) return Fail(404, "NotFound", StrCat(rt.resource, " \"", rt.name, "\" not found"));
+      auto next = Apply(rt, r, *body, *current);
+      if (!next.ok()) return Fail(next.status().code() == absl::StatusCode::kInvalidArgument ? 400 : 422,
+                                  next.status().code() == absl::StatusCode::kInvalidArgument ? "BadRequest" : "Invalid",
+                                  std::string(next.status().message()));
+      auto f = store.Replace(key, &*next, expect.empty() ? FindString(*current, {"metadata", "resourceVersion"}) : expect);
+      if (!f) return Ok(*next);
+      if (f->code != 409 || !expect.empty() || tries >= 20) return Fail(f->code, f->reason, f->message);
+    }
+  }
+
+  // The object an update or patch makes of `current`.
+  absl::StatusOr<Json> Apply(const Route& rt, const Request& r, const Json& body, const Json& current) {
     const bool status_only = rt.sub == "status";
-    auto current = store.Get(key);
-    if (!current) return Fail(404, "NotFound", StrCat(rt.resource, " \"", rt.name, "\" not found"));
-    Json next = *current;
+    Json next = current;
     if (r.method == "PATCH") {
-      Json patch = *body;
+      Json patch = body;
       if (status_only) {
         Json only = Obj();
         if (const Json* st = Find(patch, {"status"})) *Mutable(&only, {"status"}) = *st;
@@ -730,31 +748,27 @@ struct FakeKubeServer::Impl {
       }
       MergePatch(&next, patch);
     } else {
-      const std::string name = FindString(*body, {"metadata", "name"});
+      const std::string name = FindString(body, {"metadata", "name"});
       if (!name.empty() && name != rt.name) {
-        return Fail(400, "BadRequest", "the name of the object does not match the name on the URL");
+        return absl::InvalidArgumentError("the name of the object does not match the name on the URL");
       }
       if (status_only) {
-        if (const Json* st = Find(*body, {"status"})) *Mutable(&next, {"status"}) = *st;
+        if (const Json* st = Find(body, {"status"})) *Mutable(&next, {"status"}) = *st;
       } else {
-        next = *body;
-        if (const Json* st = Find(*current, {"status"}); st && rt.resource != "namespaces") {
+        next = body;
+        if (const Json* st = Find(current, {"status"}); st && rt.resource != "namespaces") {
           *Mutable(&next, {"status"}) = *st;
         }
       }
     }
     if (rt.resource == "pods" && !status_only) {
-      const Json* a = Find(*current, {"spec"});
+      const Json* a = Find(current, {"spec"});
       const Json* b = Find(next, {"spec"});
       if (!a || !b || !Equal(*a, *b)) {
-        return Fail(422, "Invalid", StrCat("Pod \"", rt.name, "\" is invalid: spec: Forbidden: pod updates may not change fields other than metadata"));
+        return absl::FailedPreconditionError(StrCat("Pod \"", rt.name, "\" is invalid: spec: Forbidden: pod updates may not change fields other than metadata"));
       }
     }
-    const std::string expect = r.method == "PUT" ? FindString(*body, {"metadata", "resourceVersion"}) : "";
-    if (auto f = store.Replace(key, &next, expect.empty() ? FindString(*current, {"metadata", "resourceVersion"}) : expect)) {
-      return Fail(f->code, f->reason, f->message);
-    }
-    return Ok(next);
+    return next;
   }
 
   void DeletePod(const Key& key, int64_t grace) {
