@@ -373,6 +373,21 @@ TEST_F(KubeFederationTest, JobsRunAsPodsAcrossSitesSurviveAGatewayRestartAndCanc
     EXPECT_TRUE(Eventually([&] { return Pods(id).empty(); }, 30000)) << Pods(id).size() << " pods left";
     EXPECT_TRUE(Eventually([&] { return Free("site-a", "site-k") == 7; }, 15000));
   }
+  {
+    SCOPED_TRACE("a ResourceQuota's refusal reaches the job's reason, and leaves no pod");
+    ASSERT_EQ(api_client_->Call("POST", "/api/v1/namespaces/fedgate-jobs/resourcequotas",
+                                R"({"metadata":{"name":"gpus"},"spec":{"hard":{"requests.nvidia.com/gpu":"2"}}})")
+                  ->status,
+              201);
+    const std::string id = Submit("site-a", "name: over-quota\ngpus: 4\nallowed_sites: [site-k]\n"
+                                            "command: [sleep, '1']\n");
+    EXPECT_TRUE(Eventually([&] { return Get("site-a", id).reason().find("exceeded quota: gpus") != std::string::npos; },
+                           30000, 200))
+        << Get("site-a", id).reason();
+    EXPECT_TRUE(Pods(id).empty());
+    auto r = Alice("site-a", {"jobs", "cancel", id});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+  }
 }
 
 // The hold the cluster respects: from Prepare on, the held GPUs are the
