@@ -1,5 +1,6 @@
 #include "federation/job_spec.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "federation/dataset.h"
@@ -68,6 +69,12 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const std::set<std::string
     return bad("checkpoint.keep must be at most 100, got ", spec.checkpoint().keep());
   }
   if (spec.command().empty() || spec.command(0).empty()) return bad("command is required");
+  // An image reference: no spaces or control characters, at most 512 bytes.
+  if (spec.image().size() > 512 ||
+      std::any_of(spec.image().begin(), spec.image().end(),
+                  [](char c) { return static_cast<unsigned char>(c) <= ' ' || c == 0x7f; })) {
+    return bad("image must be an image reference (no spaces), got \"", spec.image().substr(0, 64), "\"");
+  }
   for (const auto& [k, v] : spec.env()) {
     if (k.empty() || k.find('=') != std::string::npos) return bad("env: invalid name \"", k, "\"");
   }

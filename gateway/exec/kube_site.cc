@@ -267,13 +267,14 @@ absl::Status KubeCluster::WaitAdmitted(const std::string& ns, const std::string&
 absl::StatusOr<uint64_t> KubeCluster::ReserveHold(const std::string& name,
                                                   const std::map<std::string, uint32_t>& gpus,
                                                   const std::string& tenant,
-                                                  std::chrono::milliseconds admit_timeout) {
+                                                  std::chrono::milliseconds admit_timeout,
+                                                  const std::string& image) {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   kube::HoldSpec h;
   h.id = rng() & 0xffffffffffffULL;
   h.namespace_ = NamespaceFor(tenant);
   h.site = site_;
-  h.image = config_.image;
+  h.image = image.empty() ? config_.image : image;
   h.host_network = config_.host_network;
   // name: fedgate-<job>-<attempt>
   std::string rest = name.rfind("fedgate-", 0) == 0 ? name.substr(8) : name;

@@ -44,7 +44,8 @@ class KubeCluster {
   absl::StatusOr<uint64_t> ReserveHold(const std::string& name,
                                        const std::map<std::string, uint32_t>& gpus,
                                        const std::string& tenant,
-                                       std::chrono::milliseconds admit_timeout);
+                                       std::chrono::milliseconds admit_timeout,
+                                       const std::string& image = "");
   // Deletes the hold's pods (with their grace period) and its ConfigMap.
   absl::Status ReleaseHold(uint64_t id);
   // The namespace a tenant's pods run in.

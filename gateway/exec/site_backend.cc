@@ -20,7 +20,7 @@ class ProcessBackend final : public SiteBackend {
   std::string Kind() const override { return "process"; }
   absl::StatusOr<std::optional<std::vector<NodeState>>> Nodes() override { return std::nullopt; }
   absl::StatusOr<Allocs> Reserve(const std::string&, const std::map<std::string, uint32_t>&,
-                                 const std::string&, const RankUser&) override {
+                                 const std::string&, const RankUser&, const std::string&) override {
     return Allocs{};
   }
   absl::StatusOr<std::vector<std::string>> RankCommand(
@@ -60,7 +60,8 @@ class SlurmBackend final : public SiteBackend {
 
   absl::StatusOr<Allocs> Reserve(const std::string& name,
                                  const std::map<std::string, uint32_t>& gpus,
-                                 const std::string& tenant, const RankUser& user) override {
+                                 const std::string& tenant, const RankUser& user,
+                                 const std::string&) override {
     // One allocation per node, all at once: the coordinator's deadline is short.
     std::vector<std::pair<std::string, std::future<absl::StatusOr<uint64_t>>>> pending;
     for (const auto& [node, n] : gpus) {
@@ -141,10 +142,11 @@ class KubeBackend final : public SiteBackend {
 
   absl::StatusOr<Allocs> Reserve(const std::string& name,
                                  const std::map<std::string, uint32_t>& gpus,
-                                 const std::string& tenant, const RankUser&) override {
+                                 const std::string& tenant, const RankUser&,
+                                 const std::string& image) override {
     // Within the coordinator's Prepare deadline: kubelets admit in well
     // under a second.
-    auto id = cluster_->ReserveHold(name, gpus, tenant, std::chrono::seconds(3));
+    auto id = cluster_->ReserveHold(name, gpus, tenant, std::chrono::seconds(3), image);
     if (!id.ok()) return id.status();
     Allocs allocs;
     for (const auto& [node, n] : gpus) allocs[node] = {*id, n};

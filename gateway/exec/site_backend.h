@@ -46,10 +46,13 @@ class SiteBackend {
   // from the config file (nothing to refresh); an error when it cannot be
   // asked (then the site offers nothing: it could not reserve either).
   virtual absl::StatusOr<std::optional<std::vector<NodeState>>> Nodes() = 0;
-  // Reserves `gpus` (node -> count) for a prepared hold named `name`.
+  // Reserves `gpus` (node -> count) for a prepared hold named `name`;
+  // `image`: the job's container image where ranks run in one ("" = the
+  // site's default).
   virtual absl::StatusOr<Allocs> Reserve(const std::string& name,
                                          const std::map<std::string, uint32_t>& gpus,
-                                         const std::string& tenant, const RankUser& user) = 0;
+                                         const std::string& tenant, const RankUser& user,
+                                         const std::string& image) = 0;
   // The command that runs one rank in that reservation; may change its
   // environment (Slurm binds CUDA_VISIBLE_DEVICES itself).
   virtual absl::StatusOr<std::vector<std::string>> RankCommand(

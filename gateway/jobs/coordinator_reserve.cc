@@ -232,6 +232,7 @@ std::vector<absl::StatusOr<v1::PrepareResponse>> Coordinator::PrepareAll(
     *req.mutable_key() = Key(job, next.epoch());
     req.set_tenant(job.tenant);
     req.set_priority(job.spec.priority());
+    req.set_image(job.spec.image());
     if (i < n) {
       std::map<std::string, uint32_t> per_node;
       for (const auto& r : next.sites(i).ranks()) per_node[r.node()]++;

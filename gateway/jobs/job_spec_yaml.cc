@@ -45,7 +45,7 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, const std::str
         "name", "gpus", "gpu_models", "min_gpu_memory_gib", "max_sites", "min_gpus_per_site",
         "min_link_gbps", "allowed_sites", "avoided_sites", "priority", "estimated_duration", "time_limit",
         "max_attempts", "command", "env", "recovery", "max_replacements", "checkpoint",
-        "datasets", "preferred_sites"};
+        "datasets", "preferred_sites", "image"};
     v1::JobSpec spec;
     const std::map<std::string, google::protobuf::RepeatedPtrField<std::string>*> kLists = {
         {"gpu_models", spec.mutable_gpu_models()},   {"allowed_sites", spec.mutable_allowed_sites()},
@@ -59,6 +59,8 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, const std::str
         List(w, v, key, list->second);
       } else if (key == "name") {
         spec.set_name(w.Scalar<std::string>(v, key, "a string"));
+      } else if (key == "image") {
+        spec.set_image(w.Scalar<std::string>(v, key, "a string"));
       } else if (key == "gpus") {
         spec.set_gpus(Count(w, v, key));
       } else if (key == "min_gpu_memory_gib") {

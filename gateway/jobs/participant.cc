@@ -269,7 +269,7 @@ absl::Status Participant::ReserveInBackend(const v1::PrepareRequest& req,
   std::map<std::string, uint32_t> gpus;
   for (const auto& h : resp.holds()) gpus[h.node()] += h.indices_size();
   auto allocs = backend_->Reserve(StrCat("fedgate-", key.job_id(), "-", key.attempt()), gpus,
-                                  req.tenant(), runner_->user());
+                                  req.tenant(), runner_->user(), req.image());
   std::lock_guard lock(mu_);
   const federation::Hold* h = ledger_.Find(key.job_id(), key.epoch());
   if (allocs.ok()) allocs_[{key.job_id(), key.epoch()}] = std::move(*allocs);

@@ -364,9 +364,16 @@ TEST_F(KubeFederationTest, JobsRunAsPodsAcrossSitesSurviveAGatewayRestartAndCanc
   }
   {
     SCOPED_TRACE("cancel deletes every pod of the job");
-    const std::string id = Submit("site-a", "name: cancelled\ngpus: 10\ncommand: [sleep, '300']\n");
+    const std::string id = Submit("site-a", "name: cancelled\ngpus: 10\nimage: registry.example/team/trainer:1.2\n"
+                                            "command: [sleep, '300']\n");
     ASSERT_TRUE(WaitState("site-a", id, v1::Job::RUNNING, 30000)) << Get("site-a", id).reason();
     ASSERT_TRUE(Eventually([&] { return Pods(id).size() == 2; }, 10000));
+    // The job's own image, not the site's default.
+    for (const auto& p : Pods(id)) {
+      for (const auto& c : gateway::kube::Find(p, {"spec", "containers"})->list_value().values()) {
+        EXPECT_EQ(gateway::kube::FindString(c, {"image"}), "registry.example/team/trainer:1.2");
+      }
+    }
     auto r = Alice("site-a", {"jobs", "cancel", id});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_TRUE(WaitState("site-a", id, v1::Job::CANCELLED, 30000));

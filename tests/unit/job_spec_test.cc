@@ -71,6 +71,15 @@ TEST(JobSpec, ErrorsNameTheField) {
   EXPECT_NE(Err("[1, 2, 3]").find("mapping"), std::string::npos);
   EXPECT_NE(Err("gpus: [1\n").find("malformed"), std::string::npos);
   EXPECT_NE(Err(std::string(2 << 20, 'x')).find("larger than 1 MiB"), std::string::npos);
+  EXPECT_NE(Err("gpus: 1\ncommand: [x]\nimage: 'a b'\n").find("image must be an image reference"),
+            std::string::npos);
+}
+
+TEST(JobSpec, AnImageIsTheJobsOwnOnKubernetesSites) {
+  auto s = gateway::ParseJobSpec("gpus: 1\ncommand: [x]\nimage: registry.example/team/trainer:1.2\n", "job.yaml");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->image(), "registry.example/team/trainer:1.2");
+  EXPECT_TRUE(federation::ValidateJobSpec(*s, {}).ok());
 }
 
 }  // namespace
