@@ -147,10 +147,7 @@ absl::Status Gateway::StartParticipantSide() {
     if (!shim.empty() && ::access(shim.c_str(), X_OK) != 0) shim.clear();
     participant_->SetExecutor(shim, *user);
     if (slurm_) participant_->SetBackend(MakeSlurmBackend(slurm_.get()));
-    if (kube_) {
-      participant_->SetBackend(MakeKubeBackend(kube_.get()));
-      kube_->StartWatching([p = participant_.get()] { p->RefreshNodes(); });
-    }
+    if (kube_) participant_->SetBackend(MakeKubeBackend(kube_.get()));
     const CgroupSupport cg = shim.empty() ? CgroupSupport{} : DetectCgroups("fedgate-" + config_.site);
     participant_->SetCgroups(cg);
     if (!cg.memory && config_.executor.memory_limit > 0) {
@@ -390,6 +387,8 @@ absl::Status Gateway::StartLoops() {
   links_->Reconcile();
   advertiser_ = std::thread([this] { AdvertiseLoop(); });
   participant_->Start();
+  // After the participant's start: a change it hears of refreshes it.
+  if (kube_) kube_->StartWatching([p = participant_.get()] { p->RefreshNodes(); });
   datasets_->Start();
   if (checkpoints_) checkpoints_->Start();
   health_->Start();
