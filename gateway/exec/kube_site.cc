@@ -62,7 +62,7 @@ void KubeCluster::WatchLoop(const std::string& what, const std::string& path) {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
       continue;
     }
-    bool gone = false, changed = false;
+    bool gone = false, changed = false, failed = false;
     // Short windows: a change held back by the once-a-second limit below
     // is told at the window's end at the latest.
     auto r = client_->Watch(
@@ -71,6 +71,7 @@ void KubeCluster::WatchLoop(const std::string& what, const std::string& path) {
           const std::string type = kube::FindString(ev, {"type"});
           if (type == "ERROR") {
             gone = kube::FindNumber(ev, {"object", "code"}).value_or(0) == 410;
+            failed = !gone;  // another error: back off before watching again
             return false;
           }
           if (type == "ADDED" || type == "MODIFIED" || type == "DELETED") {
@@ -108,7 +109,7 @@ void KubeCluster::WatchLoop(const std::string& what, const std::string& path) {
       on_change_();
       told = std::chrono::steady_clock::now();
     }
-    if (!r.ok() && !gone) {
+    if ((!r.ok() && !gone) || failed) {
       failures = std::min(failures + 1, 6);
       for (int i = 0; i < (1 << failures) && !stop_watching_; ++i) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));

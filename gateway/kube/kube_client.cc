@@ -220,14 +220,15 @@ absl::StatusOr<int> KubeClient::Watch(const std::string& path, std::chrono::mill
 absl::StatusOr<int> KubeClient::Stream(const std::string& path, std::chrono::milliseconds timeout,
                                        const std::function<bool(std::string_view bytes)>& on_bytes,
                                        const std::atomic<bool>* cancel) const {
-  auto r = StreamOnce(path, timeout, on_bytes, cancel);
-  Observe("GET", r);
+  int status = 0;  // the answer's HTTP code, once its header is in
+  auto r = StreamOnce(path, timeout, on_bytes, cancel, &status);
+  Observe("GET", status != 0 ? absl::StatusOr<int>(status) : r);
   return r;
 }
 
 absl::StatusOr<int> KubeClient::StreamOnce(const std::string& path, std::chrono::milliseconds timeout,
                                            const std::function<bool(std::string_view bytes)>& on_bytes,
-                                           const std::atomic<bool>* cancel) const {
+                                           const std::atomic<bool>* cancel, int* http_status) const {
   asio::io_context io;
   TlsStream s(io, impl_->ctx);
   if (auto st = Open(io, s, impl_->host, impl_->port, access_.server, options_.connect_timeout,
@@ -248,6 +249,7 @@ absl::StatusOr<int> KubeClient::StreamOnce(const std::string& path, std::chrono:
   ec = Sync(io, [&](auto h) { http::async_read_header(s, buf, parser, h); });
   if (ec) return Transport(access_.server, StrCat("GET ", path).c_str(), ec);
   const int status = static_cast<int>(parser.get().result_int());
+  *http_status = status;
   std::string error_body;
   char chunk[64 * 1024];
   while (!parser.is_done()) {

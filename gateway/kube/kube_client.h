@@ -70,7 +70,7 @@ class KubeClient {
                                         const std::string& body, const std::string& content_type) const;
   absl::StatusOr<int> StreamOnce(const std::string& path, std::chrono::milliseconds timeout,
                                  const std::function<bool(std::string_view bytes)>& on_bytes,
-                                 const std::atomic<bool>* cancel) const;
+                                 const std::atomic<bool>* cancel, int* http_status) const;
   void Observe(const std::string& method, const absl::StatusOr<int>& code) const;
   KubeAccess access_;
   KubeClientOptions options_;
