@@ -98,30 +98,9 @@ absl::Status Gateway::OpenStoreAndCore() {
   auto store = Store::Open(config_.data_dir);
   if (!store.ok()) return store.status();
   store_ = std::move(*store);
-  std::unique_ptr<federation::InventorySource> inventory;
-  if (config_.inventory.source == "slurm") {
-    slurm_ = std::make_unique<SlurmCluster>(config_.slurm);
-    // A controller that is down now is not fatal: the site offers nothing
-    // until Slurm answers, and says why.
-    if (auto st = slurm_->Refresh(); !st.ok()) {
-      spdlog::warn("slurm: no nodes yet: {}", std::string(st.message()));
-    } else {
-      spdlog::info("slurm: {} node(s) with GPUs in partition {}", slurm_->InventoryNodes().size(),
-                   config_.slurm.partition);
-    }
-    inventory = std::make_unique<SlurmInventory>(slurm_.get());
-  } else if (config_.inventory.source == "kubernetes") {
-    // A kubeconfig that cannot be used stops the start; a server that does
-    // not answer does not: the site offers nothing until it does.
-    auto kube = KubeCluster::Connect(config_.kubernetes, config_.site);
-    if (!kube.ok()) return kube.status();
-    kube_ = std::move(*kube);
-    (void)kube_->Refresh();
-    inventory = std::make_unique<KubeInventory>(kube_.get());
-  } else {
-    inventory = std::make_unique<federation::StaticInventory>(config_.nodes);
-  }
-  core_ = std::make_unique<GatewayCore>(config_, clock_.get(), store_.get(), std::move(inventory),
+  auto inventory = OpenInventory();
+  if (!inventory.ok()) return inventory.status();
+  core_ = std::make_unique<GatewayCore>(config_, clock_.get(), store_.get(), std::move(*inventory),
                                         metrics_.get());
   ad_authority_ = std::make_unique<FileAdAuthority>(config_.tls.ca, config_.tls.cert,
                                                     config_.tls.key, config_.federation,
@@ -199,22 +178,7 @@ absl::Status Gateway::StartParticipantSide() {
                      "record: stale (an older term), hostile (a term or caller not granted), "
                      "bad_copy (a record of another job, tenant, coordinator or term), bad_grant (a "
                      "takeover's grant whose signature or certificate does not verify).");
-  if (kube_) {
-    metrics_->Describe("fedgate_kubernetes_api_requests_total", "counter",
-                       "Requests to the site's Kubernetes API server by method and answer (the "
-                       "HTTP code, or timeout / unreachable / error when none came; WATCH 410: "
-                       "a watch whose version was compacted away, then relisted).");
-    metrics_->Describe("fedgate_kubernetes_api_up", "gauge",
-                       "1 when the last listing of nodes and pods worked, else 0 (the site then "
-                       "offers no GPUs).");
-    metrics_->OnScrape([k = kube_.get()](Metrics& m) {
-      for (const auto& [key, n] : k->ApiCounts()) {
-        m.Set("fedgate_kubernetes_api_requests_total", {{"method", key.first}, {"code", key.second}},
-              static_cast<double>(n));
-      }
-      m.Set("fedgate_kubernetes_api_up", {}, k->last_error().empty() ? 1 : 0);
-    });
-  }
+  if (kube_) DescribeKubeMetrics();
   metrics_->OnScrape([p = participant_.get()](Metrics& m) {
     for (const auto& [reason, n] : p->TermRefusals()) {
       m.Set("fedgate_job_term_refused_total", {{"reason", reason}}, static_cast<double>(n));

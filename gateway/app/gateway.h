@@ -9,6 +9,8 @@
 #include <grpcpp/security/tls_certificate_provider.h>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "federation/inventory.h"
 #include "gateway/config/config.h"
 #include "gateway/security/ad_signing.h"
 
@@ -59,6 +61,10 @@ class Gateway {
  private:
   // The steps of Start, in order (gateway.cc).
   absl::Status OpenStoreAndCore();
+  // static, slurm or kubernetes (gateway_sites.cc); a kubeconfig that cannot
+  // be used is an error, a resource manager that does not answer is not.
+  absl::StatusOr<std::unique_ptr<federation::InventorySource>> OpenInventory();
+  void DescribeKubeMetrics();
   absl::Status StartParticipantSide();
   absl::Status StartOps();
   absl::Status MakeServices();
