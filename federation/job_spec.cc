@@ -6,6 +6,7 @@
 #include "federation/dataset.h"
 #include "federation/duration.h"
 #include "federation/names.h"
+#include "federation/service_spec.h"
 #include "base/str_cat.h"
 
 namespace fedgate::federation {
@@ -78,7 +79,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const std::set<std::string
   for (const auto& [k, v] : spec.env()) {
     if (k.empty() || k.find('=') != std::string::npos) return bad("env: invalid name \"", k, "\"");
   }
-  return absl::OkStatus();
+  return ValidateServiceFields(spec);
 }
 
 v1::JobSpec WithDefaults(v1::JobSpec spec) {
@@ -89,7 +90,7 @@ v1::JobSpec WithDefaults(v1::JobSpec spec) {
   if (spec.recovery().empty()) spec.set_recovery("restart");
   if (!spec.has_max_replacements()) spec.set_max_replacements(3);
   if (spec.has_checkpoint() && spec.checkpoint().keep() == 0) spec.mutable_checkpoint()->set_keep(2);
-  return spec;
+  return WithServiceDefaults(std::move(spec));
 }
 
 JobRequest ToJobRequest(const v1::JobSpec& spec) {

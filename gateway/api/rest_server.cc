@@ -18,6 +18,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "base/str_cat.h"
@@ -32,6 +33,8 @@
 #include "gateway/ops/metrics.h"
 #include "gateway/api/accept_loop.h"
 #include "gateway/api/rest_routes.h"
+#include "gateway/serve/service_proxy.h"
+#include "gateway/serve/service_target.h"
 
 namespace fedgate::gateway {
 namespace {
@@ -144,6 +147,7 @@ struct RestServer::Impl {
   int port = 0;
   Deadlines deadlines;
   std::unique_ptr<RevocationList> crl;
+  std::unique_ptr<ServiceProxy> proxy;  // null: no services here
 
   std::string TlsStamp() const {
     return StrCat(FileStamp(config.tls.ca), ";", FileStamp(config.tls.cert), ";",
@@ -204,10 +208,27 @@ struct RestServer::Impl {
     // closes or stays idle past the receive timeout.
     boost::beast::flat_buffer buf;
     for (int served = 0; served < kMaxRequestsPerConnection && !stop; ++served) {
-      http::request_parser<http::string_body> parser;
-      parser.body_limit(kMaxBodyBytes);
+      // The header first: a service's request streams its body to a
+      // replica; the API's own calls read theirs whole (at most 1 MiB).
+      http::request_parser<http::empty_body> head;
+      head.body_limit(boost::none);
       deadlines.Arm(fd, read_deadline);
-      http::read(stream, buf, parser, ec);
+      http::read_header(stream, buf, head, ec);
+      if (!ec && proxy != nullptr &&
+          IsServiceProxyTarget(std::string_view(head.get().target().data(), head.get().target().size()))) {
+        deadlines.Arm(fd, kHandleDeadline);
+        if (!ServeService(stream, buf, std::move(head)) || served + 1 >= kMaxRequestsPerConnection) break;
+        continue;
+      }
+      if (!ec && head.content_length() && *head.content_length() > kMaxBodyBytes) {
+        ec = http::error::body_limit;
+      }
+      std::optional<http::request_parser<http::string_body>> parsed;
+      if (!ec) {
+        parsed.emplace(std::move(head));
+        parsed->body_limit(kMaxBodyBytes);
+        http::read(stream, buf, *parsed, ec);
+      }
       deadlines.Arm(fd, kHandleDeadline);  // the handler, then writing the reply
       if (ec == http::error::end_of_stream || ec == boost::asio::error::eof ||
           ec == boost::asio::ssl::error::stream_truncated ||
@@ -223,8 +244,8 @@ struct RestServer::Impl {
       } else if (ec) {
         Respond(&res, absl::InvalidArgumentError(StrCat("malformed HTTP request: ", ec.message())), 400);
       } else {
-        Handle(stream, parser.get(), &res);
-        keep = parser.get().keep_alive() && served + 1 < kMaxRequestsPerConnection;
+        Handle(stream, parsed->get(), &res);
+        keep = parsed->get().keep_alive() && served + 1 < kMaxRequestsPerConnection;
       }
       res.keep_alive(keep);
       res.prepare_payload();
@@ -232,6 +253,31 @@ struct RestServer::Impl {
       if (ec || !keep) break;
     }
     stream.shutdown(ec);
+  }
+
+  // A request for a service: its caller must be a tenant's user (client
+  // certificate); the proxy relays it to the tenant's service's replicas.
+  bool ServeService(ssl::stream<tcp::socket>& stream, boost::beast::flat_buffer& buf,
+                    http::request_parser<http::empty_body>&& head) {
+    auto caller = Caller(stream);
+    if (caller.ok() && caller->role != Role::kUser) {
+      caller = absl::PermissionDeniedError(
+          StrCat(caller->ToUri(), " is not a tenant's user: services answer their tenant"));
+    }
+    if (!caller.ok()) {
+      metrics->Inc("fedgate_authz_refusals_total", {{"rpc_class", "rest"}, {"reason", "role"}});
+      http::response<http::string_body> res;
+      Respond(&res, caller.status());
+      res.keep_alive(false);
+      res.prepare_payload();
+      boost::system::error_code ec;
+      http::write(stream, res, ec);
+      return false;
+    }
+    boost::system::error_code ec;
+    const auto peer = stream.next_layer().remote_endpoint(ec);
+    return proxy->Serve(stream, buf, std::move(head), caller->tenant,
+                        ec ? std::string("unknown") : peer.address().to_string());
   }
 
   static void Respond(http::response<http::string_body>* res, const absl::Status& st, int code = 0) {
@@ -372,7 +418,8 @@ struct RestServer::Impl {
 absl::StatusOr<std::unique_ptr<RestServer>> RestServer::Start(const Config& config, JobManager* jobs,
                                                               GatewayCore* core,
                                                               Participant* participant,
-                                                              Metrics* metrics) {
+                                                              Metrics* metrics,
+                                                              ServiceController* services) {
   auto srv = std::unique_ptr<RestServer>(new RestServer());
   srv->impl_ = std::make_unique<Impl>();
   auto& im = *srv->impl_;
@@ -381,6 +428,12 @@ absl::StatusOr<std::unique_ptr<RestServer>> RestServer::Start(const Config& conf
   im.core = core;
   im.participant = participant;
   im.metrics = metrics;
+  if (services != nullptr) {
+    im.proxy = std::make_unique<ServiceProxy>(
+        services, metrics, config.site,
+        [d = &im.deadlines](int fd, std::chrono::milliseconds in) { d->Arm(fd, in); },
+        [d = &im.deadlines](int fd) { d->Disarm(fd); });
+  }
   boost::system::error_code ec;
   im.crl = std::make_unique<RevocationList>(config.tls.crl);
   im.tls_stamp = im.TlsStamp();

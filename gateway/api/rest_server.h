@@ -11,6 +11,8 @@
 //   GET  /v1/links                                    -> ListLinksResponse
 //   GET  /v1/nodes (this site's admins)               -> ListNodesResponse
 //   GET  /v1/usage, /v1/quotas                        -> UsageResponse, QuotasResponse
+//   ANY  /v1/services/{name}/{path}  -> the service's replicas (docs/services.md;
+//        no body limit of its own: the service's max_body)
 // Bad JSON or unknown fields: 400; bodies over 1 MiB: 413; refused callers:
 // 401/403; all with {"error": {"code", "message"}}.
 #pragma once
@@ -28,6 +30,7 @@ class GatewayCore;
 class JobManager;
 class Metrics;
 class Participant;
+class ServiceController;
 
 class RestServer {
  public:
@@ -44,7 +47,8 @@ class RestServer {
   static absl::StatusOr<std::unique_ptr<RestServer>> Start(const Config& config, JobManager* jobs,
                                                           GatewayCore* core,
                                                           Participant* participant,
-                                                          Metrics* metrics);
+                                                          Metrics* metrics,
+                                                          ServiceController* services = nullptr);
   ~RestServer();
   int port() const;
   void Stop();

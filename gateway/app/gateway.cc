@@ -25,6 +25,7 @@
 #include "gateway/jobs/checkpoint_sync.h"
 #include "gateway/jobs/participant_client.h"
 #include "gateway/api/rest_server.h"
+#include "gateway/serve/service_controller.h"
 #include "gateway/jobs/job_manager.h"
 #include "gateway/jobs/job_metrics.h"
 #include "gateway/jobs/usage_gather.h"
@@ -295,6 +296,8 @@ absl::Status Gateway::MakeJobs() {
           return GatherUsage(core, client, since, until, tenant);
         },
         config_.pricing);
+    services_ = std::make_unique<ServiceController>(job_store_.get(), job_manager_.get(),
+                                                    clock_.get(), metrics_.get(), config_.site);
     DescribeJobMetrics(metrics_.get());
     WireJobMetrics(metrics_.get(), job_store_.get(), coordinator_.get(), clock_.get());
   }
@@ -331,7 +334,7 @@ absl::Status Gateway::ServeGrpc() {
 absl::Status Gateway::ServeRest() {
   if (job_store_) {
     auto rest = RestServer::Start(config_, job_manager_.get(), core_.get(), participant_.get(),
-                                  metrics_.get());
+                                  metrics_.get(), services_.get());
     if (!rest.ok()) return rest.status();
     rest_ = std::move(*rest);
     core_->SetHttpEndpoint(AdvertisedHttpEndpoint(config_, rest_->port()));
@@ -357,6 +360,7 @@ absl::Status Gateway::StartLoops() {
   if (checkpoints_) checkpoints_->Start();
   health_->Start();
   if (coordinator_) coordinator_->Start();
+  if (services_) services_->Start();
   if (takeover_) takeover_->Start();
   return absl::OkStatus();
 }
@@ -397,6 +401,7 @@ void Gateway::Stop() {
   // Running slices elsewhere keep running within their lease; a restarted
   // coordinator picks them up again from the store.
   if (takeover_) takeover_->Stop();
+  if (services_) services_->Stop();
   if (coordinator_) coordinator_->Stop();
   if (checkpoints_) checkpoints_->Stop();
   if (stager_) stager_->Stop();

@@ -36,6 +36,7 @@ class CheckpointSync;
 class AdminServiceImpl;
 class JobServiceImpl;
 class JobManager;
+class ServiceController;
 class RestServer;
 class JobStore;
 class Participant;
@@ -96,6 +97,7 @@ class Gateway {
   std::unique_ptr<Takeover> takeover_;  // after the coordinator, before it at stop
   std::unique_ptr<JobStore> job_store_;
   std::unique_ptr<JobManager> job_manager_;
+  std::unique_ptr<ServiceController> services_;  // kind: service (the coordinator's)
   std::unique_ptr<JobServiceImpl> job_service_;
   std::unique_ptr<RestServer> rest_;
   std::unique_ptr<grpc::Server> server_;

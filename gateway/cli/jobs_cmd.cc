@@ -220,13 +220,16 @@ int List(const Globals& g, const Opts& o) {
   } while (!token.empty());
   std::vector<std::vector<std::string>> rows;
   for (const auto& j : all.jobs()) {
-    rows.push_back({j.id(), j.name(), j.tenant(), v1::Job::State_Name(j.state()),
-                    absl::StrCat(j.spec().gpus()),
-                    j.reason()});
+    // A service's replicas are jobs too; KIND says which is which.
+    const std::string kind = j.spec().kind() == "service" ? "service"
+                             : j.spec().service().empty() ? "job"
+                                                          : "replica";
+    rows.push_back({j.id(), j.name(), kind, j.tenant(), v1::Job::State_Name(j.state()),
+                    absl::StrCat(j.spec().gpus()), j.reason()});
   }
   Print(all, g.format(),
         rows.empty() ? std::string("no jobs\n")
-                     : RenderTable({"ID", "NAME", "TENANT", "STATE", "GPUS", "REASON"}, rows));
+                     : RenderTable({"ID", "NAME", "KIND", "TENANT", "STATE", "GPUS", "REASON"}, rows));
   return 0;
 }
 

@@ -12,6 +12,7 @@
 #include "federation/saturating.h"
 #include "federation/scheduler.h"
 #include "gateway/jobs/coordinator.h"
+#include "federation/service_spec.h"
 
 namespace fedgate::gateway {
 namespace {
@@ -76,6 +77,9 @@ void Coordinator::PlacePass() {
   std::vector<federation::RunningJob> running;
   std::vector<JobRecord> replacing;
   for (auto& j : *jobs) {
+    // A service is never placed itself: the service controller keeps its
+    // replicas, which are jobs, running.
+    if (federation::IsService(j.spec)) continue;
     auto est = federation::ParseDurationMs(j.spec.estimated_duration());
     const int64_t est_ms = est.ok() ? *est : 3600000;
     if (j.state == JobState::kReserving) {

@@ -13,6 +13,7 @@
 #include "federation/round_verdict.h"
 #include "federation/world_restart.h"
 #include "gateway/jobs/coordinator.h"
+#include "federation/service_spec.h"
 #include "gateway/jobs/coordinator_key.h"
 #include "gateway/jobs/fan_out.h"
 #include "gateway/jobs/job_copy.h"
@@ -46,7 +47,8 @@ void Coordinator::RenewPass() {
   std::vector<std::function<void()>> local;  // inline calls, after the remote ones are out
   const int64_t sent = core_->clock()->NowMs();
   for (auto& j : *jobs) {
-    if (j.state != JobState::kRunning) continue;
+    // A service runs no slice of its own: its replicas are jobs.
+    if (j.state != JobState::kRunning || federation::IsService(j.spec)) continue;
     auto w = std::make_unique<RenewWork>();
     w->job = std::move(j);
     w->run.ParseFromString(w->job.run);

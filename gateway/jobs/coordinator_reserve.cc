@@ -307,6 +307,11 @@ v1::CommitRequest Coordinator::CommitFor(const JobRecord& job, const v1::RunPlan
   c.set_master_port(run.master_port());
   *c.mutable_command() = job.spec.command();
   *c.mutable_env() = job.spec.env();
+  // A service's replica listens on the port its site picked for the world
+  // (free among the site's holds, from executor.port_range).
+  if (!job.spec.service().empty()) {
+    (*c.mutable_env())["FEDGATE_SERVICE_PORT"] = std::to_string(run.master_port());
+  }
   c.set_lease_ms(lease_ms_);
   c.set_restart(run.restart());
   c.set_keep_hold(job.spec.recovery() == "replace");

@@ -1,4 +1,5 @@
 #include "gateway/jobs/job_manager.h"
+#include "federation/service_spec.h"
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -58,6 +59,55 @@ void JobManager::SubmitAsync(const Identity& caller, const v1::SubmitJobRequest&
     done(absl::InvalidArgumentError("idempotency_key longer than 200 characters"));
     return;
   }
+  if (!req.spec().service().empty()) {
+    done(absl::InvalidArgumentError(
+        "service: set by the coordinator on the replicas it starts; leave it out of a spec"));
+    return;
+  }
+  if (federation::IsService(req.spec())) {
+    if (auto st = CheckServiceName(caller.tenant, req.spec().name()); !st.ok()) {
+      done(st);
+      return;
+    }
+  }
+  SubmitUnchecked(caller, req, std::move(done));
+}
+
+absl::Status JobManager::CheckServiceName(const std::string& tenant, const std::string& name) {
+  if (!federation::IsValidName(name)) {
+    return absl::InvalidArgumentError(StrCat(
+        "a service's name is its URL (/v1/services/NAME/): 1 to 63 of [a-z0-9-], got \"",
+        name.substr(0, 63), "\""));
+  }
+  if (store_ == nullptr) return absl::OkStatus();
+  auto active = store_->ListAllActive();
+  if (!active.ok()) return active.status();
+  for (const auto& j : *active) {
+    if (j.tenant == tenant && federation::IsService(j.spec) && j.spec.name() == name) {
+      return absl::AlreadyExistsError(
+          StrCat("tenant ", tenant, " already runs service \"", name, "\" (job ", j.id, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<JobRecord> JobManager::SubmitReplica(const std::string& tenant, const v1::JobSpec& spec) {
+  Identity as;
+  as.role = Role::kUser;
+  as.tenant = tenant;
+  as.name = "service-controller";
+  v1::SubmitJobRequest req;
+  *req.mutable_spec() = spec;
+  std::promise<absl::StatusOr<v1::SubmitJobResponse>> p;
+  auto fut = p.get_future();
+  SubmitUnchecked(as, req, [&p](absl::StatusOr<v1::SubmitJobResponse> r) { p.set_value(std::move(r)); });
+  auto out = fut.get();
+  if (!out.ok()) return out.status();
+  return Load(as, out->job().id());
+}
+
+void JobManager::SubmitUnchecked(const Identity& caller, const v1::SubmitJobRequest& req,
+                                 std::function<void(absl::StatusOr<v1::SubmitJobResponse>)> done) {
   // Validate against the federation's models before anything is stored;
   // the first reason is the placement on the sites this one may use.
   std::string note;
@@ -74,6 +124,9 @@ void JobManager::SubmitAsync(const Identity& caller, const v1::SubmitJobRequest&
   r.state = JobState::kPending;
   r.reason = plan->placeable() ? plan->summary()
                                : StrCat("waiting for capacity: ", plan->summary(), note);
+  if (federation::IsService(r.spec)) {
+    r.reason = StrCat("starting ", r.spec.replicas().desired(), " replica(s)");
+  }
   r.created_at_unix_ms = r.updated_at_unix_ms = core_->clock()->NowMs();
   r.new_events.push_back(StoryEvent(r.created_at_unix_ms, "submitted", core_->config().site,
                                     StrCat("by ", caller.ToUri(), "; ", r.reason)));

@@ -43,6 +43,9 @@ class JobManager {
   // thread) or refused (on the caller's thread).
   void SubmitAsync(const Identity& caller, const v1::SubmitJobRequest& req,
                    std::function<void(absl::StatusOr<v1::SubmitJobResponse>)> done);
+  // A service's replica (spec from federation::ReplicaSpec), submitted by
+  // the service controller as the service's tenant; the record once durable.
+  absl::StatusOr<JobRecord> SubmitReplica(const std::string& tenant, const v1::JobSpec& spec);
   absl::StatusOr<v1::GetJobResponse> Get(const Identity& caller, const v1::GetJobRequest& req);
   absl::StatusOr<v1::ListJobsResponse> List(const Identity& caller,
                                             const v1::ListJobsRequest& req);
@@ -87,6 +90,11 @@ class JobManager {
 
  private:
   v1::Job ToProto(const JobRecord& r, bool with_plan);
+  // Submit past the API's own checks (`service` unset, a service's name).
+  void SubmitUnchecked(const Identity& caller, const v1::SubmitJobRequest& req,
+                       std::function<void(absl::StatusOr<v1::SubmitJobResponse>)> done);
+  // A service's name is a URL segment, unique among the tenant's running services.
+  absl::Status CheckServiceName(const std::string& tenant, const std::string& name);
 
   GatewayCore* core_;
   JobStore* store_;
