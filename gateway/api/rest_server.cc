@@ -18,6 +18,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <limits>
 #include <optional>
 #include <thread>
 
@@ -211,7 +212,7 @@ struct RestServer::Impl {
       // The header first: a service's request streams its body to a
       // replica; the API's own calls read theirs whole (at most 1 MiB).
       http::request_parser<http::empty_body> head;
-      head.body_limit(boost::none);
+      head.body_limit(std::numeric_limits<std::uint64_t>::max());
       deadlines.Arm(fd, read_deadline);
       http::read_header(stream, buf, head, ec);
       if (!ec && proxy != nullptr &&

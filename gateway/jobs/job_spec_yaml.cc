@@ -27,6 +27,44 @@ void List(const YamlWalker& w, const YAML::Node& n, const std::string& key,
   for (const auto& item : n) *out->Add() = w.Scalar<std::string>(item, key, "a list of strings");
 }
 
+// replicas: {min, max}, readiness: {path, period, timeout, failure_threshold},
+// autoscale: {target_rps_per_replica, scale_up_after, ...}.
+void ParseServiceSection(const YamlWalker& w, const std::string& key, const YAML::Node& v,
+                         v1::JobSpec* spec) {
+  if (!v.IsMap()) w.Fail(v, StrCat(key, " must be a mapping"));
+  for (auto e = v.begin(); e != v.end(); ++e) {
+    const std::string k = e->first.as<std::string>();
+    const std::string full = StrCat(key, ".", k);
+    const YAML::Node x = e->second;
+    auto text = [&] { return w.Scalar<std::string>(x, full, "a string"); };
+    if (key == "replicas" && k == "min") {
+      spec->mutable_replicas()->set_min(Count(w, x, full));
+    } else if (key == "replicas" && k == "max") {
+      spec->mutable_replicas()->set_max(Count(w, x, full));
+    } else if (key == "readiness" && k == "path") {
+      spec->mutable_readiness()->set_path(text());
+    } else if (key == "readiness" && k == "period") {
+      spec->mutable_readiness()->set_period(text());
+    } else if (key == "readiness" && k == "timeout") {
+      spec->mutable_readiness()->set_timeout(text());
+    } else if (key == "readiness" && k == "failure_threshold") {
+      spec->mutable_readiness()->set_failure_threshold(Count(w, x, full));
+    } else if (key == "autoscale" && k == "target_rps_per_replica") {
+      spec->mutable_autoscale()->set_target_rps_per_replica(w.Scalar<double>(x, full, "a number"));
+    } else if (key == "autoscale" && k == "scale_up_after") {
+      spec->mutable_autoscale()->set_scale_up_after(text());
+    } else if (key == "autoscale" && k == "scale_down_after") {
+      spec->mutable_autoscale()->set_scale_down_after(text());
+    } else if (key == "autoscale" && k == "window") {
+      spec->mutable_autoscale()->set_window(text());
+    } else if (key == "autoscale" && k == "interval") {
+      spec->mutable_autoscale()->set_interval(text());
+    } else {
+      w.Fail(e->first, StrCat("unknown field \"", full, "\""));
+    }
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, const std::string& src) {
@@ -45,7 +83,8 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, const std::str
         "name", "gpus", "gpu_models", "min_gpu_memory_gib", "max_sites", "min_gpus_per_site",
         "min_link_gbps", "allowed_sites", "avoided_sites", "priority", "estimated_duration", "time_limit",
         "max_attempts", "command", "env", "recovery", "max_replacements", "checkpoint",
-        "datasets", "preferred_sites", "image"};
+        "datasets", "preferred_sites", "image", "kind", "replicas", "readiness", "autoscale",
+        "spot_replicas", "idempotent", "request_timeout", "max_body"};
     v1::JobSpec spec;
     const std::map<std::string, google::protobuf::RepeatedPtrField<std::string>*> kLists = {
         {"gpu_models", spec.mutable_gpu_models()},   {"allowed_sites", spec.mutable_allowed_sites()},
@@ -61,6 +100,18 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, const std::str
         spec.set_name(w.Scalar<std::string>(v, key, "a string"));
       } else if (key == "image") {
         spec.set_image(w.Scalar<std::string>(v, key, "a string"));
+      } else if (key == "kind") {
+        spec.set_kind(w.Scalar<std::string>(v, key, "job or service"));
+      } else if (key == "replicas" || key == "readiness" || key == "autoscale") {
+        ParseServiceSection(w, key, v, &spec);
+      } else if (key == "spot_replicas") {
+        spec.set_spot_replicas(w.Scalar<double>(v, key, "a share between 0 and 1"));
+      } else if (key == "idempotent") {
+        spec.set_idempotent(w.Scalar<bool>(v, key, "true or false"));
+      } else if (key == "request_timeout") {
+        spec.set_request_timeout(w.Scalar<std::string>(v, key, "a duration string"));
+      } else if (key == "max_body") {
+        spec.set_max_body(w.Scalar<std::string>(v, key, "a size (64MiB)"));
       } else if (key == "gpus") {
         spec.set_gpus(Count(w, v, key));
       } else if (key == "min_gpu_memory_gib") {

@@ -245,7 +245,7 @@ absl::StatusOr<int> KubeClient::StreamOnce(const std::string& path, std::chrono:
   if (ec) return Transport(access_.server, "send", ec);
   beast::flat_buffer buf;
   http::response_parser<http::buffer_body> parser;
-  parser.body_limit(boost::none);
+  parser.body_limit(std::numeric_limits<std::uint64_t>::max());  // not boost::none: Beast 1.74 compares a Content-Length with it and refuses every one
   ec = Sync(io, [&](auto h) { http::async_read_header(s, buf, parser, h); });
   if (ec) return Transport(access_.server, StrCat("GET ", path).c_str(), ec);
   const int status = static_cast<int>(parser.get().result_int());

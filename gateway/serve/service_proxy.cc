@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <set>
 
@@ -317,7 +318,7 @@ bool ServiceProxy::Serve(Downstream& down, beast::flat_buffer& buf, Head&& head,
       arm_(fd, timeout);
       beast::flat_buffer ubuf;
       http::response_parser<http::buffer_body> rp;
-      rp.body_limit(boost::none);
+      rp.body_limit(std::numeric_limits<std::uint64_t>::max());
       if (call.head_request) rp.skip(true);
       http::write(up, req, ec);
       if (!ec) http::read_header(up, ubuf, rp, ec);
@@ -364,7 +365,7 @@ bool ServiceProxy::Serve(Downstream& down, beast::flat_buffer& buf, Head&& head,
   if (ec) return Fail(call, 502, StrCat("sending the request to replica ", r->job_id, ": ", ec.message()));
   beast::flat_buffer ubuf;
   http::response_parser<http::buffer_body> rp;
-  rp.body_limit(boost::none);
+  rp.body_limit(std::numeric_limits<std::uint64_t>::max());
   if (call.head_request) rp.skip(true);
   http::read_header(up, ubuf, rp, ec);
   if (ec) {

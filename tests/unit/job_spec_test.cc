@@ -84,3 +84,41 @@ TEST(JobSpec, AnImageIsTheJobsOwnOnKubernetesSites) {
 
 }  // namespace
 }  // namespace fedgate
+
+namespace fedgate {
+namespace {
+
+TEST(JobSpec, TheServiceExampleOfTheContractParses) {
+  auto s = gateway::ParseJobSpec(R"(kind: service
+name: chat
+gpus: 1
+replicas: {min: 1, max: 8}
+readiness: {path: /healthz, period: 2s, timeout: 1s, failure_threshold: 3}
+autoscale: {target_rps_per_replica: 40, scale_up_after: 15s, scale_down_after: 5m,
+            window: 10s, interval: 2s}
+spot_replicas: 0.5
+idempotent: true
+request_timeout: 30s
+max_body: 64MiB
+command: [python3, serve.py]
+)", "chat.yaml");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->kind(), "service");
+  EXPECT_EQ(s->replicas().max(), 8u);
+  EXPECT_EQ(s->readiness().failure_threshold(), 3u);
+  EXPECT_DOUBLE_EQ(s->autoscale().target_rps_per_replica(), 40);
+  EXPECT_EQ(s->autoscale().scale_down_after(), "5m");
+  EXPECT_DOUBLE_EQ(s->spot_replicas(), 0.5);
+  EXPECT_TRUE(s->idempotent());
+  EXPECT_EQ(s->max_body(), "64MiB");
+  EXPECT_TRUE(federation::ValidateJobSpec(*s, {}).ok()) << federation::ValidateJobSpec(*s, {});
+  EXPECT_NE(Err("kind: service\nname: x\ngpus: 1\ncommand: [a]\nreplicas: {min: 1, most: 3}\n")
+                .find("unknown field \"replicas.most\""),
+            std::string::npos);
+  EXPECT_NE(Err("kind: service\nname: x\ngpus: 1\ncommand: [a]\nautoscale: 40\n")
+                .find("autoscale must be a mapping"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace fedgate

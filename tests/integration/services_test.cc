@@ -1,0 +1,211 @@
+// Inference services (issue 28) on one real gateway: a service's replicas
+// are jobs running deploy/workload/model_server.py; requests go through
+// /v1/services/<name>/ over HTTPS with client certificates (curl), are
+// relayed as sent, survive a replica killed -9, and hostile or oversized
+// requests get clear statuses and reach no replica.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include "tests/support/harness.h"
+
+namespace fedgate::testing {
+namespace {
+
+class ServicesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SiteOptions a;
+    a.site = "cn-beijing";
+    a.node_lines = {"{name: bj-1, address: 127.0.0.1, gpu_model: A100-80GB, gpus: 8}"};
+    fed_.AddSite(a);
+    fed_.Start("cn-beijing");
+    ASSERT_TRUE(fed_.WaitReady("cn-beijing")) << fed_.log("cn-beijing");
+    WriteTlsDir(tmp_ / "alice", ca_.User("vision", "alice"));
+    WriteTlsDir(tmp_ / "bob", ca_.User("speech", "bob"));
+  }
+  struct Reply {
+    int code = 0;
+    std::string body, headers;
+  };
+  Reply Curl(const std::string& who, const std::string& method, const std::string& path,
+             std::vector<std::string> extra = {}) {
+    const std::string out = tmp_ / ("out-" + std::to_string(++n_));
+    std::vector<std::string> argv = {"/usr/bin/curl", "-s", "--path-as-is", "-o", out, "-D", out + ".h",
+                                     "-w", "%{http_code}", "-X", method, "--cacert", tmp_ / "alice/ca.pem",
+                                     "--cert", tmp_ / (who + "/cert.pem"), "--key", tmp_ / (who + "/key.pem")};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    argv.push_back("https://127.0.0.1:" + std::to_string(fed_.http_port("cn-beijing")) + path);
+    auto r = RunCommand(argv);
+    Reply rep;
+    try {
+      rep.code = std::stoi(r.out);
+    } catch (...) {
+    }
+    rep.body = ReadText(out);
+    rep.headers = ReadText(out + ".h");
+    return rep;
+  }
+  std::string Body(const std::string& text) {
+    const std::string f = tmp_ / ("body-" + std::to_string(++n_));
+    WriteText(f, text);
+    return f;
+  }
+  // A string field's value, in the gateway's JSON or Python's ("k": "v").
+  static std::string Field(const std::string& json, const std::string& key) {
+    auto p = json.find("\"" + key + "\":");
+    if (p == std::string::npos) return "";
+    p += key.size() + 3;
+    while (p < json.size() && json[p] == ' ') ++p;
+    if (p >= json.size() || json[p] != '"') return "";
+    return json.substr(p + 1, json.find('"', p + 1) - p - 1);
+  }
+  std::string SubmitService(const std::string& spec) {
+    auto r = Curl("alice", "POST", "/v1/jobs",
+                  {"-H", "Content-Type: application/json", "--data-binary", "@" + Body(spec)});
+    EXPECT_EQ(r.code, 200) << r.body;
+    return Field(r.body, "id");
+  }
+  // The service's replica jobs that are not over, by id.
+  std::vector<std::string> LiveReplicas(const std::string& service_id) {
+    auto list = Curl("alice", "GET", "/v1/jobs?page_size=500");
+    std::vector<std::string> ids;
+    size_t at = 0;
+    while ((at = list.body.find("\"service\":\"" + service_id + "\"", at)) != std::string::npos) {
+      // The job object that holds this spec starts at the last "id" before it.
+      const auto start = list.body.rfind("{\"id\":\"", at);
+      const auto obj = list.body.substr(start, at - start);
+      const std::string state = Field(obj, "state");
+      if (state == "PENDING" || state == "RESERVING" || state == "RUNNING") ids.push_back(Field(obj, "id"));
+      at += 10;
+    }
+    return ids;
+  }
+  std::string Server(const std::string& flags) {
+    return std::string(R"(["python3", ")") + FEDGATE_SOURCE_DIR + R"(/deploy/workload/model_server.py")" + flags + "]";
+  }
+  TestCa ca_;
+  TestFederation fed_{&ca_};
+  TempDir tmp_;
+  int n_ = 0;
+};
+
+TEST_F(ServicesTest, RequestsReachReadyReplicasAsSentAndSurviveAReplicaKilled) {
+  const std::string id = SubmitService(
+      R"({"spec": {"kind": "service", "name": "chat", "gpus": 1, "replicas": {"min": 2, "max": 4},
+          "readiness": {"period": "300ms", "failure_threshold": 2}, "max_body": "64KiB",
+          "command": )" + Server(R"(, "--compute-ms", "5")") + "}}");
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(Eventually([&] { return Curl("alice", "GET", "/v1/jobs/" + id).body.find("2 of 2 replica(s) ready") != std::string::npos; },
+                         30000, 200))
+      << Curl("alice", "GET", "/v1/jobs/" + id).body << fed_.log("cn-beijing");
+  auto job = Curl("alice", "GET", "/v1/jobs/" + id).body;
+  EXPECT_EQ(Field(job, "state"), "RUNNING") << job;
+  ASSERT_EQ(LiveReplicas(id).size(), 2u);
+
+  // Both replicas serve; the prefix is gone, the query kept.
+  std::set<std::string> served_by;
+  for (int i = 0; i < 30; ++i) {
+    auto r = Curl("alice", "POST", "/v1/services/chat/predict", {"--data-binary", "hello"});
+    ASSERT_EQ(r.code, 200) << r.body;
+    served_by.insert(Field(r.body, "replica"));
+  }
+  EXPECT_EQ(served_by.size(), 2u) << "idle replicas share the requests";
+  auto echo = Curl("alice", "POST", "/v1/services/chat/echo?x=1&y=two",
+                   {"-H", "X-Trace: abc", "-H", "Transfer-Encoding: chunked", "--data-binary", "@" + Body(std::string(5000, 'z'))});
+  ASSERT_EQ(echo.code, 200) << echo.body;
+  EXPECT_EQ(Field(echo.body, "path"), "/echo?x=1&y=two");
+  EXPECT_NE(echo.body.find("\"chunked\": true"), std::string::npos) << "a chunked body stays chunked: " << echo.body;
+  EXPECT_NE(echo.body.find("\"body_bytes\": 5000"), std::string::npos) << echo.body;
+  EXPECT_NE(echo.body.find("\"x-trace\": \"abc\""), std::string::npos) << echo.body;
+  EXPECT_NE(echo.body.find("\"x-forwarded-for\": \"127.0.0.1\""), std::string::npos) << echo.body;
+  auto sized = Curl("alice", "POST", "/v1/services/chat/echo", {"--data-binary", "@" + Body(std::string(3000, 'q'))});
+  EXPECT_NE(sized.body.find("\"chunked\": false"), std::string::npos) << sized.body;
+  EXPECT_NE(sized.body.find("\"content-length\": \"3000\""), std::string::npos) << sized.body;
+  // A large answer streams through.
+  auto big = Curl("alice", "GET", "/v1/services/chat/stream?bytes=20000000");
+  EXPECT_EQ(big.code, 200);
+  EXPECT_EQ(big.body.size(), 20000000u);
+
+  // Bad input: clear statuses, counted, no replica reached.
+  const int ops = fed_.ops_port("cn-beijing");
+  const double before = Metric(ops, R"(fedgate_service_requests_total{service="chat",site="cn-beijing",code="200"})");
+  EXPECT_GE(before, 33);
+  EXPECT_EQ(Curl("alice", "GET", "/v1/services/nope/predict").code, 404);
+  EXPECT_EQ(Curl("bob", "POST", "/v1/services/chat/predict", {"--data-binary", "x"}).code, 404)
+      << "another tenant's service does not exist for it";
+  EXPECT_EQ(Curl("alice", "GET", "/v1/services/chat/../../v1/jobs").code, 400);
+  EXPECT_EQ(Curl("alice", "GET", "/v1/services/chat/a%2Fb").code, 400);
+  EXPECT_EQ(Curl("alice", "GET", "/v1/services/chat/%2e%2e/x").code, 400);
+  auto over = Curl("alice", "POST", "/v1/services/chat/predict", {"--data-binary", "@" + Body(std::string(70000, 'o'))});
+  EXPECT_EQ(over.code, 413) << over.body;
+  auto over_chunked = Curl("alice", "POST", "/v1/services/chat/echo",
+                           {"-H", "Transfer-Encoding: chunked", "--data-binary", "@" + Body(std::string(70000, 'o'))});
+  EXPECT_EQ(over_chunked.code, 413) << over_chunked.body;
+  EXPECT_EQ(Metric(ops, R"(fedgate_service_requests_total{service="chat",site="cn-beijing",code="200"})"), before);
+  EXPECT_GE(Metric(ops, R"(fedgate_service_requests_total{service="chat",site="cn-beijing",code="413"})"), 2);
+  EXPECT_GE(Metric(ops, R"(fedgate_service_requests_total{service="-",site="cn-beijing",code="400"})"), 3);
+
+  // One replica killed -9: no request fails (refused ones go to the other),
+  // and the lost replica is replaced.
+  const auto replicas = LiveReplicas(id);
+  ASSERT_EQ(replicas.size(), 2u);
+  for (pid_t pid : JobRankPids(replicas[0])) ::kill(pid, SIGKILL);
+  int failed = 0;
+  for (int i = 0; i < 30; ++i) {
+    if (Curl("alice", "POST", "/v1/services/chat/predict", {"--data-binary", "x"}).code != 200) ++failed;
+  }
+  EXPECT_EQ(failed, 0);
+  // The lost replica runs again (its job's next attempt, or a new replica
+  // job once its attempts are spent) and is back in rotation.
+  EXPECT_TRUE(Eventually([&] {
+    auto now = LiveReplicas(id);
+    const bool again = std::find(now.begin(), now.end(), replicas[0]) == now.end() ||
+                       Curl("alice", "GET", "/v1/jobs/" + replicas[0]).body.find("\"attempt\":2") != std::string::npos;
+    return now.size() == 2 && again &&
+           Curl("alice", "GET", "/v1/jobs/" + id).body.find("2 of 2 replica(s) ready") != std::string::npos;
+  }, 30000, 250)) << fed_.log("cn-beijing");
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(Curl("alice", "POST", "/v1/services/chat/predict", {"--data-binary", "x"}).code, 200);
+  }
+  EXPECT_GE(Metric(ops, R"(fedgate_service_replicas{service="chat",state="ready"})"), 2);
+
+  // Deleting the service (cancel) stops every replica; its address is gone.
+  auto cancel = Curl("alice", "POST", "/v1/jobs/" + id + ":cancel");
+  EXPECT_EQ(cancel.code, 200) << cancel.body;
+  EXPECT_TRUE(Eventually([&] { return LiveReplicas(id).empty(); }, 15000, 200));
+  EXPECT_TRUE(Eventually([&] { return Curl("alice", "POST", "/v1/services/chat/predict").code == 404; }, 5000));
+}
+
+TEST_F(ServicesTest, AReplicaThatNeverBecomesReadyGets503WithRetryAfter) {
+  const std::string flag = tmp_ / "not-ready";
+  WriteText(flag, "");
+  const std::string id = SubmitService(
+      R"({"spec": {"kind": "service", "name": "slow", "gpus": 1, "readiness": {"period": "300ms"},
+          "command": )" + Server(R"(, "--not-ready-file", ")" + flag + R"(")") + "}}");
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(Eventually([&] { return LiveReplicas(id).size() == 1; }, 10000));
+  auto r = Curl("alice", "POST", "/v1/services/slow/predict", {"--data-binary", "x"});
+  EXPECT_EQ(r.code, 503) << r.body;
+  EXPECT_NE(r.headers.find("Retry-After: 1"), std::string::npos) << r.headers;
+  EXPECT_NE(r.body.find("no ready replica"), std::string::npos) << r.body;
+  EXPECT_EQ(Field(Curl("alice", "GET", "/v1/jobs/" + id).body, "state"), "PENDING");
+  // Once its probe passes it is in rotation and the service RUNNING.
+  std::filesystem::remove(flag);
+  EXPECT_TRUE(Eventually([&] {
+    return Curl("alice", "POST", "/v1/services/slow/predict", {"--data-binary", "x"}).code == 200;
+  }, 15000, 200));
+  EXPECT_EQ(Field(Curl("alice", "GET", "/v1/jobs/" + id).body, "state"), "RUNNING");
+  // A second service of the same name is refused while this one runs.
+  auto dup = Curl("alice", "POST", "/v1/jobs",
+                  {"-H", "Content-Type: application/json", "--data-binary",
+                   "@" + Body(R"({"spec": {"kind": "service", "name": "slow", "gpus": 1, "command": ["true"]}})")});
+  EXPECT_EQ(dup.code, 409) << dup.body;
+  EXPECT_NE(dup.body.find("already runs service"), std::string::npos) << dup.body;
+}
+
+}  // namespace
+}  // namespace fedgate::testing
