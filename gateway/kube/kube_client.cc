@@ -1,5 +1,6 @@
 #include "gateway/kube/kube_client.h"
 
+#include <limits>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
