@@ -34,6 +34,7 @@
 #include "gateway/ops/metrics.h"
 #include "gateway/api/accept_loop.h"
 #include "gateway/api/rest_routes.h"
+#include "gateway/api/socket_deadlines.h"
 #include "gateway/serve/service_proxy.h"
 #include "gateway/serve/service_target.h"
 
@@ -75,58 +76,6 @@ absl::StatusOr<std::shared_ptr<ssl::context>> MakeTlsContext(const Config& confi
   tls->set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert);
   return tls;
 }
-
-// Closes (shuts down) connections past their deadline, so that a client that
-// sends its handshake, headers or body slowly, or not at all, lets go of its
-// thread: Asio's blocking reads do not honour SO_RCVTIMEO.
-class Deadlines {
- public:
-  Deadlines() : thread_([this] { Run(); }) {}
-  ~Deadlines() {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  void Arm(int fd, std::chrono::milliseconds in) {
-    std::lock_guard lock(mu_);
-    due_[fd] = std::chrono::steady_clock::now() + in;
-  }
-  void Disarm(int fd) {
-    std::lock_guard lock(mu_);
-    due_.erase(fd);
-  }
-  // Shutting down: every connection's time is up now.
-  void ExpireAll() {
-    std::lock_guard lock(mu_);
-    for (auto& [fd, due] : due_) due = std::chrono::steady_clock::time_point::min();
-    cv_.notify_all();
-  }
-
- private:
-  void Run() {
-    std::unique_lock lock(mu_);
-    while (!stop_) {
-      cv_.wait_for(lock, std::chrono::milliseconds(100));
-      const auto now = std::chrono::steady_clock::now();
-      for (auto it = due_.begin(); it != due_.end();) {
-        if (it->second <= now) {
-          ::shutdown(it->first, SHUT_RDWR);  // the blocked read returns
-          it = due_.erase(it);
-        } else {
-          ++it;
-        }
-      }
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  std::map<int, std::chrono::steady_clock::time_point> due_;
-  std::thread thread_;
-};
 
 }  // namespace
 
