@@ -48,7 +48,7 @@ AdVerdict AdStore::Offer(const v1::CapacityAd& ad, std::string_view via,
     if (l.from() != ad.origin()) return AdVerdict::kForeignLink;
   }
   // Bounded: an ad is kept per origin and copied into every view.
-  if (ad.tenants_size() > 4096) return AdVerdict::kInvalid;
+  if (ad.tenants_size() > 4096 || ad.services_size() > 4096) return AdVerdict::kInvalid;
   for (const auto& n : ad.nodes()) {
     if (n.kept_for_size() > 256) return AdVerdict::kInvalid;
   }

@@ -16,7 +16,7 @@ void Autoscaler::Count(int64_t now_ms, uint64_t n) {
   }
 }
 
-Autoscaler::Decision Autoscaler::Tick(int64_t now_ms, uint32_t current) {
+double Autoscaler::Rate(int64_t now_ms) {
   if (first_ms_ < 0) first_ms_ = now_ms;
   const int64_t window = std::max<int64_t>(1, p_.window_ms);
   while (!arrivals_.empty() && arrivals_.front().first <= now_ms - window) arrivals_.pop_front();
@@ -24,8 +24,13 @@ Autoscaler::Decision Autoscaler::Tick(int64_t now_ms, uint32_t current) {
   for (const auto& [t, n] : arrivals_) seen += n;
   // A window not yet full (just started) counts over the time it covers.
   const int64_t span = std::clamp<int64_t>(now_ms - first_ms_, 1000, window);
+  return static_cast<double>(seen) * 1000.0 / static_cast<double>(span);
+}
+
+Autoscaler::Decision Autoscaler::Tick(int64_t now_ms, uint32_t current) {
+  const int64_t window = std::max<int64_t>(1, p_.window_ms);
   Decision d;
-  d.rps = static_cast<double>(seen) * 1000.0 / static_cast<double>(span);
+  d.rps = Rate(now_ms);
   const double raw = p_.target_rps > 0 ? std::ceil(d.rps / p_.target_rps - 1e-9) : p_.min;
   d.desired = static_cast<uint32_t>(std::clamp<double>(raw, p_.min, p_.max));
   d.next = std::clamp(current, p_.min, p_.max);

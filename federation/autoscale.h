@@ -30,6 +30,8 @@ class Autoscaler {
     uint32_t next = 0;       // the count to run now
     std::string why;         // for the service's events; "" = no change
   };
+  // Requests per second over the window ending at `now_ms`.
+  double Rate(int64_t now_ms);
   // One tick at `now_ms` with `current` replicas wanted so far.
   Decision Tick(int64_t now_ms, uint32_t current);
 

@@ -47,6 +47,9 @@ FEDGATE_JOB_RPC(List, ListJobsRequest, ListJobsResponse)
 FEDGATE_JOB_RPC(Cancel, CancelJobRequest, CancelJobResponse)
 FEDGATE_JOB_RPC(Quotas, QuotasRequest, QuotasResponse)
 FEDGATE_JOB_RPC(Events, JobEventsRequest, JobEventsResponse)
+FEDGATE_JOB_RPC(ListServices, ListServicesRequest, ListServicesResponse)
+FEDGATE_JOB_RPC(ScaleService, ScaleServiceRequest, ScaleServiceResponse)
+FEDGATE_JOB_RPC(ServiceToken, ServiceTokenRequest, ServiceTokenResponse)
 #undef FEDGATE_JOB_RPC
 
 grpc::ServerUnaryReactor* JobServiceImpl::Get(grpc::CallbackServerContext* ctx,

@@ -118,6 +118,11 @@ absl::StatusOr<RestCall> RouteRest(std::string_view method, std::string_view tar
                                          : RestCall::Kind::kNodes;
     return call;
   }
+  if (path == "/v1/services" && get) {
+    call.kind = RestCall::Kind::kServices;
+    if (query.contains("name")) call.services.set_name(query.at("name"));
+    return call;
+  }
   if (path == "/v1/quotas" && get) {
     call.kind = RestCall::Kind::kQuotas;
     if (query.contains("tenant")) call.quotas.set_tenant(query.at("tenant"));

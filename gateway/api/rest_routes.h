@@ -14,7 +14,7 @@ namespace fedgate::gateway {
 
 struct RestCall {
   enum class Kind { kSubmit, kList, kCancel, kLogs, kGet, kUsage, kQuotas, kVc, kSites, kLinks,
-                    kNodes, kEvents, kDatasets };
+                    kNodes, kEvents, kDatasets, kServices };
   Kind kind = Kind::kGet;
   v1::SubmitJobRequest submit;
   v1::ListJobsRequest list;
@@ -24,6 +24,7 @@ struct RestCall {
   v1::UsageRequest usage;
   v1::QuotasRequest quotas;
   v1::JobEventsRequest events;
+  v1::ListServicesRequest services;
   // A call about one job (get, vc, events, logs, cancel): its id, and
   // whether it may be redirected to the job's coordinator (?follow=false: no).
   std::string job_id;
@@ -36,7 +37,8 @@ struct RestCall {
 // GET /v1/quotas?tenant=, GET /v1/jobs/{id}/vc (the virtual cluster: `get`
 // names the job), GET /v1/sites (= fedctl capacity), GET /v1/links,
 // GET /v1/nodes (this site's nodes; its admins only),
-// GET /v1/jobs/{id}/events?after_seq= (the job's story), GET /v1/datasets.
+// GET /v1/jobs/{id}/events?after_seq= (the job's story), GET /v1/datasets,
+// GET /v1/services?name= (the caller's running services).
 // The calls about one job take ?follow=false (this gateway's own view).
 // INVALID_ARGUMENT for a bad body or query, NOT_FOUND for any other target.
 absl::StatusOr<RestCall> RouteRest(std::string_view method, std::string_view target,

@@ -5,7 +5,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
-#include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
 
@@ -23,6 +22,7 @@
 #include <thread>
 
 #include "base/str_cat.h"
+#include "federation/names.h"
 #include "base/text.h"
 #include "gateway/security/authz.h"
 #include "gateway/security/certs.h"
@@ -34,8 +34,12 @@
 #include "gateway/ops/metrics.h"
 #include "gateway/api/accept_loop.h"
 #include "gateway/api/rest_routes.h"
+#include "gateway/api/rest_bearer.h"
+#include "gateway/api/rest_tls.h"
 #include "gateway/api/socket_deadlines.h"
+#include "gateway/serve/service_controller.h"
 #include "gateway/serve/service_proxy.h"
+#include "gateway/serve/service_tokens.h"
 #include "gateway/serve/service_target.h"
 
 namespace fedgate::gateway {
@@ -55,27 +59,6 @@ std::string ToJson(const google::protobuf::Message& m) {
   return out + "\n";
 }
 
-// The TLS context from the certificate files and tls.crl (revoked clients
-// fail the handshake).
-absl::StatusOr<std::shared_ptr<ssl::context>> MakeTlsContext(const Config& config) {
-  auto tls = std::make_shared<ssl::context>(ssl::context::tls_server);
-  boost::system::error_code ec;
-  tls->set_options(ssl::context::no_sslv2 | ssl::context::no_sslv3 | ssl::context::no_tlsv1 |
-                   ssl::context::no_tlsv1_1);
-  tls->use_certificate_chain_file(config.tls.cert, ec);
-  if (!ec) tls->use_private_key_file(config.tls.key, ssl::context::pem, ec);
-  if (!ec) tls->load_verify_file(config.tls.ca, ec);
-  if (ec) return absl::InvalidArgumentError(StrCat("listen.http: TLS files: ", ec.message()));
-  if (!config.tls.crl.empty()) {
-    auto crl = ReadFile(config.tls.crl);
-    if (!crl.ok()) return crl.status();
-    if (auto st = AddCrlsToStore(SSL_CTX_get_cert_store(tls->native_handle()), *crl); !st.ok()) {
-      return absl::InvalidArgumentError(StrCat("tls.crl: ", config.tls.crl, ": ", st.message()));
-    }
-  }
-  tls->set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert);
-  return tls;
-}
 
 }  // namespace
 
@@ -98,6 +81,10 @@ struct RestServer::Impl {
   Deadlines deadlines;
   std::unique_ptr<RevocationList> crl;
   std::unique_ptr<ServiceProxy> proxy;  // null: no services here
+  // listen.serve: services only, bearer tokens, no client certificates.
+  bool serve_mode = false;
+  ServiceController* services = nullptr;
+  ServiceTokens* tokens = nullptr;
 
   std::string TlsStamp() const {
     return StrCat(FileStamp(config.tls.ca), ";", FileStamp(config.tls.cert), ";",
@@ -113,7 +100,7 @@ struct RestServer::Impl {
       tls_checked = now;
       std::string stamp = TlsStamp();
       if (stamp != tls_stamp) {
-        auto fresh = MakeTlsContext(config);
+        auto fresh = MakeRestTlsContext(config, !serve_mode);
         if (fresh.ok()) {
           tls = std::move(*fresh);
           tls_stamp = std::move(stamp);
@@ -164,6 +151,11 @@ struct RestServer::Impl {
       head.body_limit(std::numeric_limits<std::uint64_t>::max());
       deadlines.Arm(fd, read_deadline);
       http::read_header(stream, buf, head, ec);
+      if (!ec && serve_mode) {
+        deadlines.Arm(fd, kHandleDeadline);
+        if (!ServeBearer(stream, buf, std::move(head)) || served + 1 >= kMaxRequestsPerConnection) break;
+        continue;
+      }
       if (!ec && proxy != nullptr &&
           IsServiceProxyTarget(std::string_view(head.get().target().data(), head.get().target().size()))) {
         deadlines.Arm(fd, kHandleDeadline);
@@ -209,8 +201,19 @@ struct RestServer::Impl {
   // certificate); the proxy relays it to the tenant's service's replicas.
   bool ServeService(ssl::stream<tcp::socket>& stream, boost::beast::flat_buffer& buf,
                     http::request_parser<http::empty_body>&& head) {
-    auto caller = Caller(stream);
-    if (caller.ok() && caller->role != Role::kUser) {
+    // A tenant's user; or an approved peer's gateway relaying a request of
+    // the tenant it names (the service is coordinated here, not there).
+    auto caller = Caller(stream, /*allow_peer_gateway=*/true);
+    std::string tenant = caller.ok() ? caller->tenant : "";
+    const bool relayed = caller.ok() && caller->role == Role::kGateway;
+    if (relayed) {
+      const auto named = head.get()[ServiceProxy::kTenantHeader];
+      tenant.assign(named.data(), named.size());
+      if (!federation::IsValidName(tenant)) {
+        caller = absl::InvalidArgumentError(
+            StrCat("a relayed service request must name a valid tenant in ", ServiceProxy::kTenantHeader));
+      }
+    } else if (caller.ok() && caller->role != Role::kUser) {
       caller = absl::PermissionDeniedError(
           StrCat(caller->ToUri(), " is not a tenant's user: services answer their tenant"));
     }
@@ -226,8 +229,13 @@ struct RestServer::Impl {
     }
     boost::system::error_code ec;
     const auto peer = stream.next_layer().remote_endpoint(ec);
-    return proxy->Serve(stream, buf, std::move(head), caller->tenant,
-                        ec ? std::string("unknown") : peer.address().to_string());
+    return proxy->Serve(stream, buf, std::move(head), tenant,
+                        ec ? std::string("unknown") : peer.address().to_string(), relayed);
+  }
+
+  bool ServeBearer(ssl::stream<tcp::socket>& stream, boost::beast::flat_buffer& buf,
+                   http::request_parser<http::empty_body>&& head) {
+    return ServeWithBearerToken(stream, buf, std::move(head), proxy.get(), services, tokens);
   }
 
   static void Respond(http::response<http::string_body>* res, const absl::Status& st, int code = 0) {
@@ -235,28 +243,8 @@ struct RestServer::Impl {
     res->body() = RestErrorBody(st);
   }
 
-  absl::StatusOr<Identity> Caller(ssl::stream<tcp::socket>& stream) {
-    X509* cert = SSL_get1_peer_certificate(stream.native_handle());
-    if (cert == nullptr) return absl::UnauthenticatedError("no client certificate");
-    BIO* bio = BIO_new(BIO_s_mem());
-    PEM_write_bio_X509(bio, cert);
-    char* data = nullptr;
-    const long len = BIO_get_mem_data(bio, &data);
-    std::string pem(data, static_cast<size_t>(len));
-    BIO_free(bio);
-    X509_free(cert);
-    // A keep-alive connection opened before a revocation is cut here.
-    if (auto st = crl->Check(pem); !st.ok()) return st;
-    auto id = IdentityFromCertPem(pem);
-    if (!id.ok()) {
-      return absl::UnauthenticatedError(StrCat("client certificate refused: ", id.status().message()));
-    }
-    if (auto st = Decide(*id, RpcClass::kJob, config.federation, config.site,
-                         [](std::string_view) { return false; });
-        !st.ok()) {
-      return st;
-    }
-    return id;
+  absl::StatusOr<Identity> Caller(ssl::stream<tcp::socket>& stream, bool allow_peer_gateway = false) {
+    return RestCaller(stream.native_handle(), *crl, config, core, allow_peer_gateway);
   }
 
   // The federation views: capacity and links for every caller of the job
@@ -342,6 +330,7 @@ struct RestServer::Impl {
       case RestCall::Kind::kUsage: return reply(jobs->Usage(*caller, call->usage));
       case RestCall::Kind::kQuotas: return reply(jobs->Quotas(*caller, call->quotas));
       case RestCall::Kind::kEvents: return reply(jobs->Events(*caller, call->events));
+      case RestCall::Kind::kServices: return reply(jobs->ListServices(*caller, call->services));
       case RestCall::Kind::kVc: {
         auto got = jobs->Get(*caller, call->get);
         if (!got.ok()) return Respond(res, got.status());
@@ -370,9 +359,28 @@ absl::StatusOr<std::unique_ptr<RestServer>> RestServer::Start(const Config& conf
                                                               Participant* participant,
                                                               Metrics* metrics,
                                                               ServiceController* services) {
+  return Open(config, jobs, core, participant, metrics, services, nullptr);
+}
+
+absl::StatusOr<std::unique_ptr<RestServer>> RestServer::StartServe(const Config& config,
+                                                                   GatewayCore* core, Metrics* metrics,
+                                                                   ServiceController* services,
+                                                                   ServiceTokens* tokens) {
+  return Open(config, nullptr, core, nullptr, metrics, services, tokens);
+}
+
+absl::StatusOr<std::unique_ptr<RestServer>> RestServer::Open(const Config& config, JobManager* jobs,
+                                                             GatewayCore* core, Participant* participant,
+                                                             Metrics* metrics, ServiceController* services,
+                                                             ServiceTokens* tokens) {
   auto srv = std::unique_ptr<RestServer>(new RestServer());
   srv->impl_ = std::make_unique<Impl>();
   auto& im = *srv->impl_;
+  im.serve_mode = tokens != nullptr;
+  im.services = services;
+  im.tokens = tokens;
+  const std::string key = im.serve_mode ? "listen.serve" : "listen.http";
+  const std::string listen = im.serve_mode ? config.listen.serve : config.listen.http;
   im.config = config;
   im.jobs = jobs;
   im.core = core;
@@ -380,28 +388,28 @@ absl::StatusOr<std::unique_ptr<RestServer>> RestServer::Start(const Config& conf
   im.metrics = metrics;
   if (services != nullptr) {
     im.proxy = std::make_unique<ServiceProxy>(
-        services, metrics, config.site,
+        services, core, metrics, config,
         [d = &im.deadlines](int fd, std::chrono::milliseconds in) { d->Arm(fd, in); },
         [d = &im.deadlines](int fd) { d->Disarm(fd); });
   }
   boost::system::error_code ec;
   im.crl = std::make_unique<RevocationList>(config.tls.crl);
   im.tls_stamp = im.TlsStamp();
-  auto tls = MakeTlsContext(config);
+  auto tls = MakeRestTlsContext(config, !im.serve_mode);
   if (!tls.ok()) return tls.status();
   im.tls = std::move(*tls);
   im.tls_checked = std::chrono::steady_clock::now();
-  const auto [host, port_text] = SplitHostPort(config.listen.http);
+  const auto [host, port_text] = SplitHostPort(listen);
   const auto port = ParsePort(port_text);
   if (!port) {
     return absl::InvalidArgumentError(
-        StrCat("listen.http: \"", config.listen.http, "\" has no valid port (want HOST:PORT)"));
+        StrCat(key, ": \"", listen, "\" has no valid port (want HOST:PORT)"));
   }
   auto addr = asio::ip::make_address(host, ec);
   if (ec) {
     tcp::resolver resolver(im.io);
     auto results = resolver.resolve(host, "0", ec);
-    if (ec || results.empty()) return absl::InvalidArgumentError(StrCat("listen.http: cannot resolve ", host));
+    if (ec || results.empty()) return absl::InvalidArgumentError(StrCat(key, ": cannot resolve ", host));
     addr = results.begin()->endpoint().address();
   }
   tcp::endpoint ep(addr, static_cast<uint16_t>(*port));
@@ -410,8 +418,7 @@ absl::StatusOr<std::unique_ptr<RestServer>> RestServer::Start(const Config& conf
   if (!ec) im.acceptor.bind(ep, ec);
   if (!ec) im.acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) {
-    return absl::UnavailableError(StrCat("listen.http: cannot listen on ", config.listen.http, ": ",
-                                         ec.message()));
+    return absl::UnavailableError(StrCat(key, ": cannot listen on ", listen, ": ", ec.message()));
   }
   im.port = im.acceptor.local_endpoint().port();
   im.accept_thread = std::thread([p = &im] { p->AcceptLoop(); });

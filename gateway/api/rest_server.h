@@ -31,6 +31,7 @@ class JobManager;
 class Metrics;
 class Participant;
 class ServiceController;
+class ServiceTokens;
 
 class RestServer {
  public:
@@ -49,11 +50,22 @@ class RestServer {
                                                           Participant* participant,
                                                           Metrics* metrics,
                                                           ServiceController* services = nullptr);
+  // listen.serve: only /v1/services/{name}/{path}, for holders of the
+  // service's bearer token (no client certificate asked): 401 without a
+  // valid token, 403 with another service's.
+  static absl::StatusOr<std::unique_ptr<RestServer>> StartServe(const Config& config,
+                                                               GatewayCore* core, Metrics* metrics,
+                                                               ServiceController* services,
+                                                               ServiceTokens* tokens);
   ~RestServer();
   int port() const;
   void Stop();
 
  private:
+  static absl::StatusOr<std::unique_ptr<RestServer>> Open(const Config& config, JobManager* jobs,
+                                                         GatewayCore* core, Participant* participant,
+                                                         Metrics* metrics, ServiceController* services,
+                                                         ServiceTokens* tokens);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

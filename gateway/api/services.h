@@ -158,6 +158,15 @@ class JobServiceImpl final : public JobServiceBase {
   grpc::ServerUnaryReactor* Cancel(grpc::CallbackServerContext* ctx,
                                    const v1::CancelJobRequest* req,
                                    v1::CancelJobResponse* resp) override;
+  grpc::ServerUnaryReactor* ListServices(grpc::CallbackServerContext* ctx,
+                                         const v1::ListServicesRequest* req,
+                                         v1::ListServicesResponse* resp) override;
+  grpc::ServerUnaryReactor* ScaleService(grpc::CallbackServerContext* ctx,
+                                         const v1::ScaleServiceRequest* req,
+                                         v1::ScaleServiceResponse* resp) override;
+  grpc::ServerUnaryReactor* ServiceToken(grpc::CallbackServerContext* ctx,
+                                         const v1::ServiceTokenRequest* req,
+                                         v1::ServiceTokenResponse* resp) override;
   grpc::ServerWriteReactor<v1::LogsResponse>* Logs(grpc::CallbackServerContext* ctx,
                                                    const v1::LogsRequest* req) override;
   grpc::ServerWriteReactor<v1::Job>* Watch(grpc::CallbackServerContext* ctx,

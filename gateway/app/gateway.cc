@@ -26,6 +26,7 @@
 #include "gateway/jobs/participant_client.h"
 #include "gateway/api/rest_server.h"
 #include "gateway/serve/service_controller.h"
+#include "gateway/serve/service_tokens.h"
 #include "gateway/jobs/job_manager.h"
 #include "gateway/jobs/job_metrics.h"
 #include "gateway/jobs/usage_gather.h"
@@ -298,6 +299,17 @@ absl::Status Gateway::MakeJobs() {
         config_.pricing);
     services_ = std::make_unique<ServiceController>(job_store_.get(), job_manager_.get(),
                                                     clock_.get(), metrics_.get(), config_.site);
+    job_manager_->SetServiceStatus([s = services_.get()](const std::string& id, v1::Service* out) {
+      s->Describe(id, out);
+    });
+    core_->SetServicesFn([s = services_.get()] { return s->Advertised(); });
+    tokens_ = std::make_unique<ServiceTokens>(store_.get());
+    job_manager_->SetTokenIssuer([t = tokens_.get()](const std::string& id, bool revoke)
+                                     -> absl::StatusOr<std::string> {
+      if (!revoke) return t->Issue(id);
+      if (auto st = t->Revoke(id); !st.ok()) return st;
+      return std::string();
+    });
     DescribeJobMetrics(metrics_.get());
     WireJobMetrics(metrics_.get(), job_store_.get(), coordinator_.get(), clock_.get());
   }
@@ -338,6 +350,12 @@ absl::Status Gateway::ServeRest() {
     if (!rest.ok()) return rest.status();
     rest_ = std::move(*rest);
     core_->SetHttpEndpoint(AdvertisedHttpEndpoint(config_, rest_->port()));
+    if (!config_.listen.serve.empty()) {  // services for bearer-token clients
+      auto serve = RestServer::StartServe(config_, core_.get(), metrics_.get(), services_.get(),
+                                          tokens_.get());
+      if (!serve.ok()) return serve.status();
+      serve_ = std::move(*serve);
+    }
   }
   return absl::OkStatus();
 }
@@ -369,7 +387,7 @@ absl::Status Gateway::StartLoops() {
 // and tests: "grpc N", "http N", "ops N", one per line.
 absl::Status Gateway::WritePorts() {
   const std::string ports = fedgate::StrCat("grpc ", grpc_port_, "\nhttp ", rest_ ? rest_->port() : 0,
-                                            "\nops ", ops_->port(), "\n");
+                                            "\nops ", ops_->port(), "\nserve ", serve_ ? serve_->port() : 0, "\n");
   if (auto st = WriteFileAtomic(config_.data_dir + "/ports", ports, 0644); !st.ok()) {
     spdlog::warn("cannot write {}/ports: {}", config_.data_dir, std::string(st.message()));
   }
@@ -414,6 +432,7 @@ void Gateway::Stop() {
     core_->Withdraw();
     links_->Shutdown(1000);
   }
+  if (serve_) serve_->Stop();
   if (rest_) rest_->Stop();
   if (server_) {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

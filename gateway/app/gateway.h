@@ -37,6 +37,7 @@ class AdminServiceImpl;
 class JobServiceImpl;
 class JobManager;
 class ServiceController;
+class ServiceTokens;
 class RestServer;
 class JobStore;
 class Participant;
@@ -98,8 +99,10 @@ class Gateway {
   std::unique_ptr<JobStore> job_store_;
   std::unique_ptr<JobManager> job_manager_;
   std::unique_ptr<ServiceController> services_;  // kind: service (the coordinator's)
+  std::unique_ptr<ServiceTokens> tokens_;         // their bearer tokens
   std::unique_ptr<JobServiceImpl> job_service_;
   std::unique_ptr<RestServer> rest_;
+  std::unique_ptr<RestServer> serve_;  // listen.serve
   std::unique_ptr<grpc::Server> server_;
   // One file-watching provider for every outgoing channel (peers, probes, jobs).
   std::shared_ptr<grpc::experimental::CertificateProviderInterface> client_certs_;

@@ -40,6 +40,7 @@ void AddQuotaCommands(CLI::App& app, Commands* out);  // quota list, get, set
 void AddUsageCommands(CLI::App& app, Commands* out);  // usage
 void AddLinksCommands(CLI::App& app, Commands* out);  // links, links probe, capacity
 void AddJobsCommands(CLI::App& app, Commands* out);   // jobs ..., vc get
+void AddServicesCommands(CLI::App& app, Commands* out);  // services ...
 void AddConsoleCommands(CLI::App& app, Commands* out);  // console
 
 [[noreturn]] void Die(const std::string& msg, int code = 1);

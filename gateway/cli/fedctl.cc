@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   AddUsageCommands(app, &commands);
   AddLinksCommands(app, &commands);
   AddJobsCommands(app, &commands);
+  AddServicesCommands(app, &commands);
   AddConsoleCommands(app, &commands);
 
   try {

@@ -26,6 +26,9 @@ struct ListenConfig {
   std::string grpc;
   std::string http = "127.0.0.1:8443";
   std::string ops = "127.0.0.1:9090";
+  // Services' endpoints for bearer-token clients (HTTPS, no client
+  // certificate asked); "" = off.
+  std::string serve;
 };
 
 struct TlsConfig {

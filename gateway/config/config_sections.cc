@@ -42,11 +42,12 @@ void ParseIdentity(const YAML::Node& root, [[maybe_unused]] const std::string& b
 void ParseListen(const YAML::Node& root, [[maybe_unused]] const std::string& base_dir,
     const YamlWalker& w, Config& c) {
   const auto& listen = root["listen"];
-  w.ExpectKeys(listen, "listen", {"grpc", "http", "ops"});
+  w.ExpectKeys(listen, "listen", {"grpc", "http", "ops", "serve"});
   if (!listen["grpc"]) w.Fail(listen, "missing required key \"listen.grpc\"");
   c.listen.grpc = w.Endpoint(listen["grpc"], "listen.grpc", true);
   if (listen["http"]) c.listen.http = w.Endpoint(listen["http"], "listen.http", true);
   if (listen["ops"]) c.listen.ops = w.Endpoint(listen["ops"], "listen.ops", true);
+  if (listen["serve"]) c.listen.serve = w.Endpoint(listen["serve"], "listen.serve", true);
 }
 
 void ParseTls(const YAML::Node& root, [[maybe_unused]] const std::string& base_dir,

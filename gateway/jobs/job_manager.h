@@ -46,6 +46,20 @@ class JobManager {
   // A service's replica (spec from federation::ReplicaSpec), submitted by
   // the service controller as the service's tenant; the record once durable.
   absl::StatusOr<JobRecord> SubmitReplica(const std::string& tenant, const v1::JobSpec& spec);
+  // job_manager_services.cc: the caller's running services; a service's
+  // replica range. The service controller fills replicas, readiness and
+  // rate through the status hook.
+  absl::StatusOr<v1::ListServicesResponse> ListServices(const Identity& caller,
+                                                        const v1::ListServicesRequest& req);
+  absl::StatusOr<v1::ScaleServiceResponse> ScaleService(const Identity& caller,
+                                                        const v1::ScaleServiceRequest& req);
+  absl::StatusOr<v1::ServiceTokenResponse> ServiceToken(const Identity& caller,
+                                                        const v1::ServiceTokenRequest& req);
+  using ServiceStatus = std::function<void(const std::string& id, v1::Service* out)>;
+  void SetServiceStatus(ServiceStatus fn) { service_status_ = std::move(fn); }
+  // Issues (revoke false) or revokes a service's bearer token.
+  using TokenIssuer = std::function<absl::StatusOr<std::string>(const std::string& id, bool revoke)>;
+  void SetTokenIssuer(TokenIssuer fn) { token_issuer_ = std::move(fn); }
   absl::StatusOr<v1::GetJobResponse> Get(const Identity& caller, const v1::GetJobRequest& req);
   absl::StatusOr<v1::ListJobsResponse> List(const Identity& caller,
                                             const v1::ListJobsRequest& req);
@@ -93,6 +107,9 @@ class JobManager {
   // Submit past the API's own checks (`service` unset, a service's name).
   void SubmitUnchecked(const Identity& caller, const v1::SubmitJobRequest& req,
                        std::function<void(absl::StatusOr<v1::SubmitJobResponse>)> done);
+  v1::Service ServiceOf(const JobRecord& r);
+  absl::StatusOr<std::vector<JobRecord>> ActiveServices(const Identity& caller,
+                                                        const std::string& name);
   // A service's name is a URL segment, unique among the tenant's running services.
   absl::Status CheckServiceName(const std::string& tenant, const std::string& name);
 
@@ -108,6 +125,8 @@ class JobManager {
   UsageGatherer gather_usage_;
   federation::Pricing pricing_;
   CopyReader read_copy_;
+  ServiceStatus service_status_;
+  TokenIssuer token_issuer_;
 };
 
 }  // namespace fedgate::gateway

@@ -155,6 +155,11 @@ class GatewayCore {
   // Called (without the lock held) whenever the approved peer set changes.
   // The datasets this site's ad announces (set before Tick runs).
   void SetDatasetsFn(std::function<std::vector<v1::DatasetAd>()> fn) { datasets_fn_ = std::move(fn); }
+  // The services this site coordinates, for its ad.
+  void SetServicesFn(std::function<std::vector<v1::ServiceAd>()> fn) { services_fn_ = std::move(fn); }
+  // The site whose fresh ad says it coordinates the tenant's service
+  // `name` ("" = none known).
+  std::string ServiceCoordinator(const std::string& tenant, const std::string& name);
   void SetPeersChangedHook(std::function<void()> hook) { peers_changed_ = std::move(hook); }
 
   const Config& config() const { return config_; }
@@ -216,6 +221,7 @@ class GatewayCore {
     std::optional<federation::LinkMatrix> links;
   } links_cache_ ABSL_GUARDED_BY(mu_);
   std::function<void()> peers_changed_;
+  std::function<std::vector<v1::ServiceAd>()> services_fn_;
   std::function<std::map<std::string, uint32_t>()> free_fn_;
   std::function<federation::NodeExtras()> extras_fn_;
   std::function<std::vector<v1::TenantQuota>()> tenants_fn_;

@@ -105,6 +105,8 @@ absl::Status GatewayCore::Tick() {
   if (tenants_fn_) tenants = tenants_fn_();
   std::vector<v1::DatasetAd> datasets;
   if (datasets_fn_) datasets = datasets_fn_();
+  std::vector<v1::ServiceAd> services;
+  if (services_fn_) services = services_fn_();
   absl::Status persisted;
   std::optional<HomesSnapshot> homes;
   {
@@ -119,6 +121,7 @@ absl::Status GatewayCore::Tick() {
       for (const auto& [to, link] : own_links_) *ad.add_links() = link;
       for (auto& t : tenants) *ad.add_tenants() = std::move(t);
       for (auto& d : datasets) *ad.add_datasets() = std::move(d);
+      for (auto& sv : services) *ad.add_services() = std::move(sv);
       PublishLocked(std::move(ad));
       metrics_->Inc("fedgate_ads_issued_total");
     }

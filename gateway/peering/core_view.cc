@@ -116,6 +116,16 @@ std::string GatewayCore::SiteHttpEndpoint(const std::string& site) {
   return "";
 }
 
+std::string GatewayCore::ServiceCoordinator(const std::string& tenant, const std::string& name) {
+  std::lock_guard lock(mu_);
+  for (const auto* stored : ads_.FreshRefs()) {
+    for (const auto& s : stored->ad.services()) {
+      if (s.tenant() == tenant && s.name() == name) return stored->ad.origin();
+    }
+  }
+  return "";
+}
+
 void GatewayCore::SetHttpEndpoint(std::string endpoint) {
   std::lock_guard lock(mu_);
   http_endpoint_ = std::move(endpoint);  // in the next ad

@@ -7,6 +7,7 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/rand.h>
+#include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 #include <unistd.h>
@@ -234,6 +235,19 @@ absl::StatusOr<int64_t> CertNotAfterUnix(const std::string& pem_path) {
   X509_free(cert);
   if (!ok) return absl::InvalidArgumentError(fedgate::StrCat(pem_path, ": unreadable notAfter"));
   return static_cast<int64_t>(timegm(&tm));
+}
+
+std::string PeerCertificatePem(ssl_st* ssl) {
+  X509* cert = SSL_get1_peer_certificate(ssl);
+  if (cert == nullptr) return "";
+  BIO* bio = BIO_new(BIO_s_mem());
+  PEM_write_bio_X509(bio, cert);
+  char* data = nullptr;
+  const long len = BIO_get_mem_data(bio, &data);
+  std::string pem(data, static_cast<size_t>(len));
+  BIO_free(bio);
+  X509_free(cert);
+  return pem;
 }
 
 }  // namespace fedgate::gateway

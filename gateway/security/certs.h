@@ -9,6 +9,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
+struct ssl_st;
+
 namespace fedgate::gateway {
 
 struct KeyAndCert {
@@ -45,6 +47,10 @@ absl::Status IssueToDir(const std::string& ca_dir, const std::string& out_dir,
 
 // The notAfter of the first certificate in a PEM file, as Unix seconds.
 absl::StatusOr<int64_t> CertNotAfterUnix(const std::string& pem_path);
+
+// The certificate the other end of a TLS connection presented, as PEM; ""
+// when it presented none.
+std::string PeerCertificatePem(ssl_st* ssl);
 
 // Writes `content` to `path` atomically (temporary file, fsync, rename).
 absl::Status WriteFileAtomic(const std::string& path, const std::string& content, int mode);

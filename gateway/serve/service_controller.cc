@@ -128,8 +128,9 @@ void ServiceController::Pass() {
       s.replicas = std::move(views);
       Work w{sid, s.policy.desired, ""};
       const uint64_t counted = std::exchange(counted_[sid], 0);
+      if (counted > 0) s.scaler->Count(now, counted);
+      s.rps = s.scaler->Rate(now);
       if (s.policy.autoscale) {
-        if (counted > 0) s.scaler->Count(now, counted);
         if (now >= s.next_tick_ms) {
           s.next_tick_ms = now + s.policy.interval_ms;
           auto d = s.scaler->Tick(now, w.desired);
@@ -282,15 +283,56 @@ absl::StatusOr<ServiceRoute> ServiceController::Route(const std::string& tenant,
                                                       const std::string& name) {
   std::lock_guard lock(mu_);
   for (const auto& [id, s] : services_) {
-    if (s.rec.tenant != tenant || s.rec.spec.name() != name) continue;
-    ServiceRoute route;
-    route.id = id;
-    route.name = name;
-    route.policy = s.policy;
-    for (const auto& [rid, r] : s.replicas) route.replicas.push_back(r);
-    return route;
+    if (s.rec.tenant == tenant && s.rec.spec.name() == name) return RouteLocked(id, s);
   }
   return absl::NotFoundError(StrCat("no service \"", name, "\""));
+}
+
+absl::StatusOr<ServiceRoute> ServiceController::RouteById(const std::string& id) {
+  std::lock_guard lock(mu_);
+  auto it = services_.find(id);
+  if (it == services_.end()) return absl::NotFoundError(StrCat("service ", id, " is not running"));
+  return RouteLocked(id, it->second);
+}
+
+ServiceRoute ServiceController::RouteLocked(const std::string& id, const Service& s) {
+  ServiceRoute route;
+  route.id = id;
+  route.name = s.rec.spec.name();
+  route.tenant = s.rec.tenant;
+  route.policy = s.policy;
+  for (const auto& [rid, r] : s.replicas) route.replicas.push_back(r);
+  return route;
+}
+
+void ServiceController::Describe(const std::string& service_id, v1::Service* out) {
+  std::lock_guard lock(mu_);
+  auto it = services_.find(service_id);
+  if (it == services_.end()) return;
+  uint32_t ready = 0;
+  for (const auto& [id, r] : it->second.replicas) {
+    auto* m = out->add_members();
+    m->set_id(id);
+    m->set_site(r->site);
+    m->set_address(StrCat(r->addr, ":", r->port));
+    m->set_ready(r->ready);
+    m->set_in_flight(static_cast<uint32_t>(std::max(0, r->outstanding.load())));
+    ready += r->ready ? 1 : 0;
+  }
+  out->mutable_replicas()->set_ready(ready);
+  out->set_rps(it->second.rps);
+}
+
+std::vector<v1::ServiceAd> ServiceController::Advertised() {
+  std::lock_guard lock(mu_);
+  std::vector<v1::ServiceAd> out;
+  for (const auto& [id, s] : services_) {
+    v1::ServiceAd ad;
+    ad.set_tenant(s.rec.tenant);
+    ad.set_name(s.rec.spec.name());
+    out.push_back(std::move(ad));
+  }
+  return out;
 }
 
 void ServiceController::CountRequest(const std::string& service_id) {

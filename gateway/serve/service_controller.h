@@ -19,6 +19,7 @@
 #include "federation/autoscale.h"
 #include "federation/clock.h"
 #include "federation/service_spec.h"
+#include "fedgate/v1/federation.pb.h"
 #include "gateway/store/job_store.h"
 
 namespace fedgate::gateway {
@@ -42,6 +43,7 @@ struct Replica {
 struct ServiceRoute {
   std::string id;
   std::string name;
+  std::string tenant;
   federation::ServicePolicy policy;
   std::vector<std::shared_ptr<Replica>> replicas;  // running, ready or not
 };
@@ -58,6 +60,14 @@ class ServiceController {
 
   // The tenant's running service `name`: NOT_FOUND when it has none.
   absl::StatusOr<ServiceRoute> Route(const std::string& tenant, const std::string& name);
+  // The running service with this id (a bearer token's): NOT_FOUND if none.
+  absl::StatusOr<ServiceRoute> RouteById(const std::string& id);
+  // What only the controller knows of a service: ready replicas, the
+  // members in rotation or starting, requests per second.
+  void Describe(const std::string& service_id, v1::Service* out);
+  // The services this gateway coordinates, for its ad (other gateways relay
+  // their requests here).
+  std::vector<v1::ServiceAd> Advertised();
   // A request arrived for the service (the autoscaler's input).
   void CountRequest(const std::string& service_id);
   // A replica failed a request (refused, reset): out of rotation until its
@@ -70,9 +80,11 @@ class ServiceController {
     federation::ServicePolicy policy;
     std::unique_ptr<federation::Autoscaler> scaler;
     int64_t next_tick_ms = 0;
+    double rps = 0;
     std::map<std::string, std::shared_ptr<Replica>> replicas;  // by job id
   };
   void Loop();
+  static ServiceRoute RouteLocked(const std::string& id, const Service& s);
   // Submits and cancels replica jobs toward the desired count.
   void Reconcile(const JobRecord& svc, const std::vector<JobRecord>& replicas, uint32_t desired);
   void CancelReplica(const JobRecord& r, const std::string& why);

@@ -6,6 +6,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <spdlog/spdlog.h>
+#include <openssl/ssl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -16,8 +17,14 @@
 #include <random>
 #include <set>
 
+#include "base/host_port.h"
 #include "base/str_cat.h"
+#include "gateway/config/config.h"
+#include "gateway/peering/core.h"
+#include "gateway/security/certs.h"
+#include "gateway/security/identity.h"
 #include "gateway/ops/metrics.h"
+#include "gateway/serve/http_relay.h"
 #include "gateway/serve/service_controller.h"
 #include "gateway/serve/service_target.h"
 
@@ -32,124 +39,25 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kConnectTimeoutMs = 2000;
 
-// A connected blocking TCP socket to addr:port within timeout_ms, or -1.
-int ConnectWithin(const std::string& addr, uint32_t port, int timeout_ms, std::string* err) {
-  sockaddr_storage ss{};
-  socklen_t len = 0;
-  int family = AF_INET;
-  auto* v4 = reinterpret_cast<sockaddr_in*>(&ss);
-  auto* v6 = reinterpret_cast<sockaddr_in6*>(&ss);
-  if (inet_pton(AF_INET, addr.c_str(), &v4->sin_addr) == 1) {
-    v4->sin_family = AF_INET;
-    v4->sin_port = htons(static_cast<uint16_t>(port));
-    len = sizeof(*v4);
-  } else if (inet_pton(AF_INET6, addr.c_str(), &v6->sin6_addr) == 1) {
-    family = AF_INET6;
-    v6->sin6_family = AF_INET6;
-    v6->sin6_port = htons(static_cast<uint16_t>(port));
-    len = sizeof(*v6);
-  } else {
-    *err = StrCat("replica address \"", addr, "\" is not an IP");
-    return -1;
-  }
-  const int fd = ::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    *err = StrCat("socket: ", std::strerror(errno));
-    return -1;
-  }
-  int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&ss), len);
-  if (rc != 0 && errno == EINPROGRESS) {
-    pollfd p{fd, POLLOUT, 0};
-    rc = ::poll(&p, 1, timeout_ms);
-    if (rc == 0) {
-      ::close(fd);
-      *err = StrCat("connect to ", addr, ":", port, ": timed out");
-      return -1;
-    }
-    int so = 0;
-    socklen_t sl = sizeof(so);
-    ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &so, &sl);
-    rc = so == 0 ? 0 : -1;
-    errno = so;
-  }
-  if (rc != 0) {
-    *err = StrCat("connect to ", addr, ":", port, ": ", std::strerror(errno));
-    ::close(fd);
-    return -1;
-  }
-  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-  int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  return fd;
-}
 
-// Drops hop-by-hop fields, and those the Connection field names.
-void StripHopByHop(http::fields& f) {
-  std::vector<std::string> named;
-  const auto [first, last] = f.equal_range(http::field::connection);
-  for (auto c = first; c != last; ++c) {
-    std::string v(c->value());
-    size_t start = 0;
-    while (start <= v.size()) {
-      size_t end = v.find(',', start);
-      if (end == std::string::npos) end = v.size();
-      std::string tok = v.substr(start, end - start);
-      tok.erase(0, tok.find_first_not_of(" \t"));
-      tok.erase(tok.find_last_not_of(" \t") + 1);
-      if (!tok.empty()) named.push_back(tok);
-      start = end + 1;
-    }
-  }
-  for (const auto& n : named) f.erase(n);
-  for (auto it = f.begin(); it != f.end();) {
-    const std::string_view name(it->name_string().data(), it->name_string().size());
-    it = IsHopByHop(name) ? f.erase(it) : std::next(it);
-  }
-}
+
 
 template <class Message>
 void PrepareUpstream(Message& m, const std::string& path, const std::string& client_ip) {
   StripHopByHop(m);
+  m.erase(ServiceProxy::kTenantHeader);  // fedgate's own, not the replica's
   m.target(path);
-  const auto prior = m["X-Forwarded-For"];
-  m.set("X-Forwarded-For",
-        prior.empty() ? client_ip : StrCat(std::string_view(prior.data(), prior.size()), ", ", client_ip));
+  AddForwardedFor(m, client_ip);
   m.keep_alive(false);  // one connection per request to a replica
 }
 
-// Streams a message whose header `p` holds from `in` to `out` through a
-// fixed buffer (Beast's relay): nothing is held whole.
-template <bool isRequest, class Out, class In>
-beast::error_code Relay(Out& out, In& in, beast::flat_buffer& inbuf,
-                        http::parser<isRequest, http::buffer_body>& p) {
-  std::vector<char> chunk(64 * 1024);
-  beast::error_code ec;
-  http::serializer<isRequest, http::buffer_body> sr{p.get()};
-  p.get().body().data = nullptr;
-  p.get().body().size = 0;
-  p.get().body().more = !p.is_done();
-  http::write_header(out, sr, ec);
-  if (ec) return ec;
-  do {
-    if (!p.is_done()) {
-      p.get().body().data = chunk.data();
-      p.get().body().size = chunk.size();
-      http::read(in, inbuf, p, ec);
-      if (ec == http::error::need_buffer) ec = {};
-      if (ec) return ec;
-      p.get().body().size = chunk.size() - p.get().body().size;
-      p.get().body().data = chunk.data();
-      p.get().body().more = !p.is_done();
-    } else {
-      p.get().body().data = nullptr;
-      p.get().body().size = 0;
-    }
-    http::write(out, sr, ec);
-    if (ec == http::error::need_buffer) ec = {};
-    if (ec) return ec;
-  } while (!p.is_done() || !sr.is_done());
-  return ec;
+// The identity in the certificate the other end of `s` presented.
+absl::StatusOr<Identity> PeerIdentity(asio::ssl::stream<tcp::socket>& s) {
+  const std::string pem = PeerCertificatePem(s.native_handle());
+  if (pem.empty()) return absl::UnauthenticatedError("no certificate");
+  return IdentityFromCertPem(pem);
 }
+
 
 // The ready replica with the fewest requests in flight, this site's first
 // on a tie, then any of the equals at random (so an idle service spreads
@@ -190,23 +98,91 @@ struct ServiceProxy::Call {
   bool keep = false;
 };
 
-ServiceProxy::ServiceProxy(ServiceController* services, Metrics* metrics, std::string site, Arm arm,
-                           Disarm disarm)
-    : services_(services), metrics_(metrics), site_(std::move(site)), arm_(std::move(arm)),
-      disarm_(std::move(disarm)) {
+namespace {
+
+// The answer whose header `rp` holds, streamed from `up` to the client:
+// from here on the request is the replica's (or the coordinator's).
+template <class Up>
+bool Answer(Metrics* metrics, ServiceProxy::Call& call, Up& up, beast::flat_buffer& ubuf,
+            http::response_parser<http::buffer_body>& rp) {
+  auto& res = rp.get();
+  const int code = static_cast<int>(res.result_int());
+  StripHopByHop(res);
+  const bool bodyless = call.head_request || code == 204 || code == 304 || code / 100 == 1;
+  if (!bodyless && !rp.chunked() && !rp.content_length()) res.chunked(true);  // ends at EOF upstream
+  res.keep_alive(call.keep);
+  beast::error_code ec = Relay(call.down, up, ubuf, rp);
+  metrics->Inc("fedgate_service_requests_total",
+               {{"service", call.service}, {"site", call.site}, {"code", std::to_string(code)}});
+  metrics->Observe("fedgate_service_request_duration_seconds", {{"service", call.service}},
+                   std::chrono::duration<double>(Clock::now() - call.start).count());
+  if (ec) {
+    spdlog::warn("service {}: answer cut: {}", call.service, ec.message());
+    return false;
+  }
+  return call.keep;
+}
+
+// A client waiting for "100 Continue" before its body gets it here, once
+// the request is known to be taken; the replica is not asked.
+void Continue(ServiceProxy::Call& call, ServiceProxy::Head& head) {
+  const auto expect = head.get()[http::field::expect];
+  if (!beast::iequals(expect, "100-continue")) return;
+  http::response<http::empty_body> cont{http::status::continue_, 11};
+  beast::error_code ec;
+  http::write(call.down, cont, ec);
+  head.get().erase(http::field::expect);
+}
+
+}  // namespace
+
+struct ServiceProxy::Tls {
+  asio::ssl::context ctx{asio::ssl::context::tls_client};
+};
+
+ServiceProxy::ServiceProxy(ServiceController* services, GatewayCore* core, Metrics* metrics,
+                           const Config& config, Arm arm, Disarm disarm)
+    : services_(services), core_(core), metrics_(metrics), site_(config.site),
+      federation_(config.federation), arm_(std::move(arm)), disarm_(std::move(disarm)) {
   metrics_->Describe("fedgate_service_requests_total", "counter",
                      "Requests to services through this gateway, by service, the replica's site "
-                     "(this one's when none was reached) and the HTTP status answered");
+                     "(the coordinator's for a relayed one; this one's when none was reached) and "
+                     "the HTTP status answered");
   metrics_->Describe("fedgate_service_request_duration_seconds", "histogram",
                      "Time from a service request's header to the end of its answer",
                      {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30});
+  if (core_ == nullptr) return;
+  auto tls = std::make_unique<Tls>();
+  beast::error_code ec;
+  tls->ctx.set_options(asio::ssl::context::no_sslv2 | asio::ssl::context::no_sslv3 |
+                       asio::ssl::context::no_tlsv1 | asio::ssl::context::no_tlsv1_1);
+  tls->ctx.use_certificate_chain_file(config.tls.cert, ec);
+  if (!ec) tls->ctx.use_private_key_file(config.tls.key, asio::ssl::context::pem, ec);
+  if (!ec) tls->ctx.load_verify_file(config.tls.ca, ec);
+  if (ec) {
+    spdlog::warn("services: cannot relay to other gateways (TLS files: {})", ec.message());
+    return;
+  }
+  tls->ctx.set_verify_mode(asio::ssl::verify_peer);
+  tls_ = std::move(tls);
 }
 
-bool ServiceProxy::Fail(Call& call, int status, const std::string& message, int retry_after_s) {
+ServiceProxy::~ServiceProxy() = default;
+
+bool ServiceProxy::Refuse(Downstream& down, beast::flat_buffer& buf, const std::string& service,
+                          int status, const std::string& message, bool challenge) {
+  Call call(down, buf);
+  call.service = service;
+  return Fail(call, status, message, 0, challenge);
+}
+
+bool ServiceProxy::Fail(Call& call, int status, const std::string& message, int retry_after_s,
+                        bool challenge) {
   http::response<http::string_body> res;
   res.result(static_cast<unsigned>(status));
   res.set(http::field::content_type, "application/json");
   if (retry_after_s > 0) res.set(http::field::retry_after, std::to_string(retry_after_s));
+  if (challenge) res.set(http::field::www_authenticate, "Bearer realm=\"fedgate\"");
   std::string quoted;
   for (char c : message) {
     if (c == '"' || c == '\\') quoted.push_back('\\');
@@ -224,7 +200,7 @@ bool ServiceProxy::Fail(Call& call, int status, const std::string& message, int 
 }
 
 bool ServiceProxy::Serve(Downstream& down, beast::flat_buffer& buf, Head&& head,
-                         const std::string& tenant, const std::string& client_ip) {
+                         const std::string& tenant, const std::string& client_ip, bool relayed) {
   Call call(down, buf);
   call.head_request = head.get().method() == http::verb::head;
   call.keep = head.get().keep_alive();
@@ -236,12 +212,26 @@ bool ServiceProxy::Serve(Downstream& down, beast::flat_buffer& buf, Head&& head,
   }
   auto route = services_->Route(tenant, target->name);
   if (!route.ok()) {
+    // Coordinated elsewhere: relayed there, once.
+    if (!relayed && core_ != nullptr && tls_ != nullptr) {
+      const std::string site = core_->ServiceCoordinator(tenant, target->name);
+      const std::string at = site.empty() || site == site_ ? "" : core_->SiteHttpEndpoint(site);
+      if (!at.empty()) {
+        call.service = target->name;
+        return ToCoordinator(call, std::move(head), tenant, client_ip, site, at);
+      }
+    }
     call.keep = false;
     return Fail(call, 404, std::string(route.status().message()));
   }
   call.service = target->name;
   services_->CountRequest(route->id);
-  const auto& policy = route->policy;
+  return ToReplica(call, std::move(head), *route, target->path, client_ip);
+}
+
+bool ServiceProxy::ToReplica(Call& call, Head&& head, const ServiceRoute& route, const std::string& path,
+                             const std::string& client_ip) {
+  const auto& policy = route.policy;
   const auto timeout = std::chrono::milliseconds(policy.request_timeout_ms);
   const auto length = head.content_length();
   if (length && *length > policy.max_body) {
@@ -249,10 +239,11 @@ bool ServiceProxy::Serve(Downstream& down, beast::flat_buffer& buf, Head&& head,
     return Fail(call, 413, StrCat("request body of ", *length, " bytes is over the service's max_body of ",
                                   policy.max_body));
   }
+  Continue(call, head);
   std::set<std::string> tried;
-  // Connects to the next replica; null (with why) when none is left.
+  // Connects to the next replica; -1 (with why) when none is left.
   auto connect = [&](std::shared_ptr<Replica>* to, std::string* why) -> int {
-    while (auto r = Pick(*route, tried, site_)) {
+    while (auto r = Pick(route, tried, site_)) {
       tried.insert(r->job_id);
       const int fd = ConnectWithin(r->addr, r->port,
                                    static_cast<int>(std::min<int64_t>(kConnectTimeoutMs, policy.request_timeout_ms)), why);
@@ -260,36 +251,14 @@ bool ServiceProxy::Serve(Downstream& down, beast::flat_buffer& buf, Head&& head,
         *to = r;
         return fd;
       }
-      spdlog::warn("service {}: replica {}: {}", target->name, r->job_id, *why);
+      spdlog::warn("service {}: replica {}: {}", route.name, r->job_id, *why);
       services_->Failed(r);  // it never saw the request: try the next one
     }
     if (why->empty()) {
-      size_t starting = route->replicas.size();
-      *why = StrCat("no ready replica of service \"", target->name, "\" (", starting,
+      *why = StrCat("no ready replica of service \"", route.name, "\" (", route.replicas.size(),
                     " running, none passing its readiness probe)");
     }
     return -1;
-  };
-  // The answer of a replica, streamed to the client: from here on the
-  // request is the replica's.
-  auto answer = [&](tcp::socket& up, beast::flat_buffer& ubuf,
-                    http::response_parser<http::buffer_body>& rp) -> bool {
-    auto& res = rp.get();
-    const int code = static_cast<int>(res.result_int());
-    StripHopByHop(res);
-    const bool bodyless = call.head_request || code == 204 || code == 304 || code / 100 == 1;
-    if (!bodyless && !rp.chunked() && !rp.content_length()) res.chunked(true);  // ends at EOF upstream
-    res.keep_alive(call.keep);
-    beast::error_code ec = Relay(call.down, up, ubuf, rp);
-    metrics_->Inc("fedgate_service_requests_total",
-                  {{"service", call.service}, {"site", call.site}, {"code", std::to_string(code)}});
-    metrics_->Observe("fedgate_service_request_duration_seconds", {{"service", call.service}},
-                      std::chrono::duration<double>(Clock::now() - call.start).count());
-    if (ec) {
-      spdlog::warn("service {}: answer cut: {}", call.service, ec.message());
-      return false;
-    }
-    return call.keep;
   };
   const bool small = !head.chunked() && (!length || *length <= kReplayBytes);
   if (small) {
@@ -297,13 +266,13 @@ bool ServiceProxy::Serve(Downstream& down, beast::flat_buffer& buf, Head&& head,
     http::request_parser<http::string_body> full(std::move(head));
     full.body_limit(kReplayBytes);
     beast::error_code ec;
-    http::read(down, buf, full, ec);
+    http::read(call.down, call.buf, full, ec);
     if (ec) {
       call.keep = false;
       return Fail(call, 400, StrCat("reading the request body: ", ec.message()));
     }
     http::request<http::string_body> req = full.release();
-    PrepareUpstream(req, target->path, client_ip);
+    PrepareUpstream(req, path, client_ip);
     req.prepare_payload();
     std::string why;
     for (int attempt = 0; attempt < 2; ++attempt) {
@@ -323,7 +292,7 @@ bool ServiceProxy::Serve(Downstream& down, beast::flat_buffer& buf, Head&& head,
       http::write(up, req, ec);
       if (!ec) http::read_header(up, ubuf, rp, ec);
       if (!ec) {
-        const bool keep = answer(up, ubuf, rp);
+        const bool keep = Answer(metrics_, call, up, ubuf, rp);
         disarm_(fd);
         return keep;
       }
@@ -331,7 +300,7 @@ bool ServiceProxy::Serve(Downstream& down, beast::flat_buffer& buf, Head&& head,
       const bool timed_out = Clock::now() - call.start >= timeout;
       why = StrCat("replica ", r->job_id, " at ", r->addr, ":", r->port, ": ",
                    timed_out ? "no answer within request_timeout" : ec.message());
-      spdlog::warn("service {}: {}", target->name, why);
+      spdlog::warn("service {}: {}", route.name, why);
       if (timed_out) return Fail(call, 504, why);
       services_->Failed(r);
       if (!policy.idempotent) return Fail(call, 502, StrCat(why, " (not retried: the service is not idempotent)"));
@@ -341,7 +310,8 @@ bool ServiceProxy::Serve(Downstream& down, beast::flat_buffer& buf, Head&& head,
   // Large or chunked: streamed through, so tried on one replica only once sent.
   http::request_parser<http::buffer_body> p(std::move(head));
   p.body_limit(policy.max_body);
-  PrepareUpstream(p.get(), target->path, client_ip);
+  const bool client_keep = p.get().keep_alive();
+  PrepareUpstream(p.get(), path, client_ip);
   std::string why;
   std::shared_ptr<Replica> r;
   const int fd = connect(&r, &why);
@@ -358,7 +328,7 @@ bool ServiceProxy::Serve(Downstream& down, beast::flat_buffer& buf, Head&& head,
     int fd;
     ~Cut() { d(fd); }
   } cut{disarm_, fd};
-  beast::error_code ec = Relay(up, down, buf, p);
+  beast::error_code ec = Relay(up, call.down, call.buf, p);
   if (ec == http::error::body_limit) {
     return Fail(call, 413, StrCat("request body over the service's max_body of ", policy.max_body, " bytes"));
   }
@@ -373,8 +343,60 @@ bool ServiceProxy::Serve(Downstream& down, beast::flat_buffer& buf, Head&& head,
     return Fail(call, Clock::now() - call.start >= timeout ? 504 : 502,
                 StrCat("replica ", r->job_id, ": ", ec.message()));
   }
-  call.keep = p.get().keep_alive();
-  return answer(up, ubuf, rp);
+  call.keep = client_keep;
+  return Answer(metrics_, call, up, ubuf, rp);
+}
+
+bool ServiceProxy::ToCoordinator(Call& call, Head&& head, const std::string& tenant,
+                                 const std::string& client_ip, const std::string& site,
+                                 const std::string& at) {
+  call.site = site;
+  const bool client_keep = call.keep;
+  call.keep = false;  // until the answer is whole
+  const auto [host, port_text] = SplitHostPort(at);
+  asio::io_context io;
+  tcp::resolver resolver(io);
+  beast::error_code ec;
+  auto found = resolver.resolve(std::string(host), std::string(port_text), ec);
+  if (ec || found.empty()) {
+    return Fail(call, 502, StrCat("the service's coordinator ", site, ": cannot resolve ", at));
+  }
+  const auto ep = found.begin()->endpoint();
+  std::string why;
+  const int fd = ConnectWithin(ep.address().to_string(), ep.port(), kConnectTimeoutMs, &why);
+  if (fd < 0) return Fail(call, 503, StrCat("the service's coordinator ", site, ": ", why), 1);
+  asio::ssl::stream<tcp::socket> up(io, tls_->ctx);
+  up.next_layer().assign(ep.protocol(), fd);
+  arm_(fd, kRelayTimeout);
+  struct Cut {
+    Disarm& d;
+    int fd;
+    ~Cut() { d(fd); }
+  } cut{disarm_, fd};
+  up.handshake(asio::ssl::stream_base::client, ec);
+  if (ec) return Fail(call, 502, StrCat("TLS with the service's coordinator ", site, ": ", ec.message()));
+  // Only the coordinator's own gateway gets the tenant's request.
+  auto peer = PeerIdentity(up);
+  if (!peer.ok() || peer->role != Role::kGateway || peer->site != site || peer->federation != federation_) {
+    return Fail(call, 502, StrCat(at, " is not the gateway of site ", site));
+  }
+  Continue(call, head);
+  http::request_parser<http::buffer_body> p(std::move(head));
+  p.body_limit(std::numeric_limits<std::uint64_t>::max());  // the coordinator applies max_body
+  StripHopByHop(p.get());
+  p.get().set(kTenantHeader, tenant);
+  AddForwardedFor(p.get(), client_ip);
+  p.get().keep_alive(false);
+  ec = Relay(up, call.down, call.buf, p);
+  if (ec) return Fail(call, 502, StrCat("relaying to the service's coordinator ", site, ": ", ec.message()));
+  beast::flat_buffer ubuf;
+  http::response_parser<http::buffer_body> rp;
+  rp.body_limit(std::numeric_limits<std::uint64_t>::max());
+  if (call.head_request) rp.skip(true);
+  http::read_header(up, ubuf, rp, ec);
+  if (ec) return Fail(call, 502, StrCat("the service's coordinator ", site, ": ", ec.message()));
+  call.keep = client_keep;
+  return Answer(metrics_, call, up, ubuf, rp);
 }
 
 }  // namespace fedgate::gateway

@@ -6,10 +6,15 @@
 // reached the replica, else when the service is idempotent and the body was
 // small enough to keep (<= 1 MiB with a Content-Length). Larger or chunked
 // bodies stream through without a copy.
+// A service this gateway does not coordinate is relayed, streamed the same
+// way, to the gateway that does (its ad names it): over mTLS with this
+// gateway's certificate to the coordinator's REST port, naming the tenant in
+// Fedgate-Tenant, which the coordinator accepts from approved peers only.
 #pragma once
 
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include <boost/asio/ip/tcp.hpp>
@@ -19,8 +24,10 @@
 
 namespace fedgate::gateway {
 
+class GatewayCore;
 class Metrics;
 class ServiceController;
+struct Config;
 
 class ServiceProxy {
  public:
@@ -32,24 +39,51 @@ class ServiceProxy {
 
   static constexpr size_t kReplayBytes = 1 << 20;
 
-  ServiceProxy(ServiceController* services, Metrics* metrics, std::string site, Arm arm,
-               Disarm disarm);
+  // The header that names the tenant of a relayed request.
+  static constexpr const char* kTenantHeader = "Fedgate-Tenant";
+  // Longest a relayed request may take at the coordinator (its own
+  // request_timeout applies there).
+  static constexpr std::chrono::seconds kRelayTimeout{300};
+
+  // `core` may be null: then nothing is relayed to other gateways.
+  ServiceProxy(ServiceController* services, GatewayCore* core, Metrics* metrics,
+               const Config& config, Arm arm, Disarm disarm);
+  ~ServiceProxy();
 
   // Serves one request whose header `head` was read from `down` (its body
-  // not yet); `tenant` is the caller's. Returns whether the client
-  // connection may serve another request.
+  // not yet); `tenant` is the caller's. `relayed`: it came from another
+  // gateway (never relayed again). Returns whether the client connection
+  // may serve another request.
   bool Serve(Downstream& down, boost::beast::flat_buffer& buf, Head&& head,
-             const std::string& tenant, const std::string& client_ip);
+             const std::string& tenant, const std::string& client_ip, bool relayed);
+
+  // Answers a request refused before the proxy (listen.serve's token
+  // checks) with `status` and a JSON error, counted like the proxy's own;
+  // `challenge` adds WWW-Authenticate: Bearer. Returns false (close).
+  bool Refuse(Downstream& down, boost::beast::flat_buffer& buf, const std::string& service,
+              int status, const std::string& message, bool challenge);
+
+  struct Call;  // one request's state (service_proxy.cc)
 
  private:
-  struct Call;
-  bool Fail(Call& call, int status, const std::string& message, int retry_after_s = 0);
+  bool Fail(Call& call, int status, const std::string& message, int retry_after_s = 0,
+            bool challenge = false);
+  // To the replicas this gateway routes to.
+  bool ToReplica(Call& call, Head&& head, const struct ServiceRoute& route, const std::string& path,
+                 const std::string& client_ip);
+  // To the gateway that coordinates the service, at its REST endpoint `at`.
+  bool ToCoordinator(Call& call, Head&& head, const std::string& tenant, const std::string& client_ip,
+                     const std::string& site, const std::string& at);
 
   ServiceController* services_;
+  GatewayCore* core_;
   Metrics* metrics_;
   std::string site_;
+  std::string federation_;
   Arm arm_;
   Disarm disarm_;
+  struct Tls;
+  std::unique_ptr<Tls> tls_;  // client side, for relays; null if unusable
 };
 
 }  // namespace fedgate::gateway

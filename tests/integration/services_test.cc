@@ -17,13 +17,21 @@ namespace {
 
 class ServicesTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    SiteOptions a;
-    a.site = "cn-beijing";
-    a.node_lines = {"{name: bj-1, address: 127.0.0.1, gpu_model: A100-80GB, gpus: 8}"};
-    fed_.AddSite(a);
-    fed_.Start("cn-beijing");
-    ASSERT_TRUE(fed_.WaitReady("cn-beijing")) << fed_.log("cn-beijing");
+  void SetUp() override { StartSites({"cn-beijing"}); }
+  // Sites that peer with each other, one 8-GPU node each.
+  void StartSites(const std::vector<std::string>& sites) {
+    for (const auto& name : sites) {
+      SiteOptions o;
+      o.site = name;
+      o.node_lines = {"{name: " + name + "-1, address: 127.0.0.1, gpu_model: A100-80GB, gpus: 8}"};
+      for (const auto& p : sites) {
+        if (p != name) o.peers.push_back(p);
+      }
+      o.serve = true;
+      fed_.AddSite(o);
+    }
+    for (const auto& name : sites) fed_.Start(name);
+    for (const auto& name : sites) ASSERT_TRUE(fed_.WaitReady(name)) << fed_.log(name);
     WriteTlsDir(tmp_ / "alice", ca_.User("vision", "alice"));
     WriteTlsDir(tmp_ / "bob", ca_.User("speech", "bob"));
   }
@@ -32,13 +40,13 @@ class ServicesTest : public ::testing::Test {
     std::string body, headers;
   };
   Reply Curl(const std::string& who, const std::string& method, const std::string& path,
-             std::vector<std::string> extra = {}) {
+             std::vector<std::string> extra = {}, const std::string& site = "cn-beijing") {
     const std::string out = tmp_ / ("out-" + std::to_string(++n_));
     std::vector<std::string> argv = {"/usr/bin/curl", "-s", "--path-as-is", "-o", out, "-D", out + ".h",
                                      "-w", "%{http_code}", "-X", method, "--cacert", tmp_ / "alice/ca.pem",
                                      "--cert", tmp_ / (who + "/cert.pem"), "--key", tmp_ / (who + "/key.pem")};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    argv.push_back("https://127.0.0.1:" + std::to_string(fed_.http_port("cn-beijing")) + path);
+    argv.push_back("https://127.0.0.1:" + std::to_string(fed_.http_port(site)) + path);
     auto r = RunCommand(argv);
     Reply rep;
     try {
@@ -205,6 +213,111 @@ TEST_F(ServicesTest, AReplicaThatNeverBecomesReadyGets503WithRetryAfter) {
                    "@" + Body(R"({"spec": {"kind": "service", "name": "slow", "gpus": 1, "command": ["true"]}})")});
   EXPECT_EQ(dup.code, 409) << dup.body;
   EXPECT_NE(dup.body.find("already runs service"), std::string::npos) << dup.body;
+}
+
+class ServicesRelayTest : public ServicesTest {
+ protected:
+  void SetUp() override { StartSites({"cn-beijing", "cn-shanghai"}); }
+  CommandResult Fedctl(const std::string& site, std::vector<std::string> args) {
+    std::vector<std::string> argv = {FedctlBin(), "--gateway", fed_.endpoint(site), "--tls-dir", tmp_ / "alice"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunCommand(argv);
+  }
+};
+
+// Any gateway serves a service: one that does not coordinate it relays the
+// request (mTLS, naming the tenant) to the one that does, which its ad names.
+TEST_F(ServicesRelayTest, AnotherGatewayRelaysToTheCoordinatorAndFedctlManagesTheService) {
+  ASSERT_TRUE(Eventually([&] { return fed_.Converged({"cn-beijing", "cn-shanghai"}); }, 20000));
+  const std::string id = SubmitService(
+      R"({"spec": {"kind": "service", "name": "chat", "gpus": 1, "replicas": {"min": 1, "max": 3},
+          "readiness": {"period": "300ms"}, "command": )" + Server("") + "}}");
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(Eventually([&] {
+    return Curl("alice", "POST", "/v1/services/chat/predict", {"--data-binary", "x"}, "cn-shanghai").code == 200;
+  }, 30000, 250)) << fed_.log("cn-shanghai");
+  // 3 MB: streamed (over 1 MiB), and curl waits for "100 Continue" first.
+  const std::string big = Body(std::string(3000000, 'e'));
+  auto echo = Curl("alice", "POST", "/v1/services/chat/echo?via=sh", {"--data-binary", "@" + big}, "cn-shanghai");
+  ASSERT_EQ(echo.code, 200) << echo.body;
+  EXPECT_EQ(Field(echo.body, "path"), "/echo?via=sh");
+  EXPECT_NE(echo.body.find("\"body_bytes\": 3000000"), std::string::npos) << echo.body;
+  EXPECT_EQ(echo.body.find("\"expect\""), std::string::npos) << "answered by the gateway: " << echo.body;
+  auto direct = Curl("alice", "POST", "/v1/services/chat/echo", {"--data-binary", "@" + big});
+  EXPECT_NE(direct.body.find("\"body_bytes\": 3000000"), std::string::npos) << direct.body;
+  EXPECT_EQ(echo.body.find("fedgate-tenant"), std::string::npos) << "fedgate's header never reaches a replica";
+  EXPECT_GE(Metric(fed_.ops_port("cn-shanghai"),
+                   R"(fedgate_service_requests_total{service="chat",site="cn-beijing",code="200"})"),
+            2);
+  // Another tenant is not relayed into alice's service.
+  EXPECT_EQ(Curl("bob", "POST", "/v1/services/chat/predict", {"--data-binary", "x"}, "cn-shanghai").code, 404);
+  // A user cannot name another tenant; a gateway that is not an approved
+  // peer cannot relay.
+  EXPECT_EQ(Curl("bob", "POST", "/v1/services/chat/predict", {"-H", "Fedgate-Tenant: vision", "--data-binary", "x"}).code,
+            404);
+  WriteTlsDir(tmp_ / "stranger", ca_.Gateway("cn-hangzhou"));
+  EXPECT_EQ(Curl("stranger", "POST", "/v1/services/chat/predict", {"-H", "Fedgate-Tenant: vision", "--data-binary", "x"}).code,
+            403);
+
+  // fedctl services: list, scale, get, delete.
+  auto list = Fedctl("cn-beijing", {"services", "list"});
+  ASSERT_EQ(list.exit_code, 0) << list.err;
+  EXPECT_NE(list.out.find("chat"), std::string::npos) << list.out;
+  EXPECT_NE(list.out.find("/v1/services/chat/"), std::string::npos) << list.out;
+  auto bad = Fedctl("cn-beijing", {"services", "scale", "chat", "--min", "3", "--max", "2"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("less than min"), std::string::npos) << bad.err;
+  auto scaled = Fedctl("cn-beijing", {"services", "scale", "chat", "--min", "2", "--max", "3"});
+  ASSERT_EQ(scaled.exit_code, 0) << scaled.err;
+  ASSERT_TRUE(Eventually([&] { return LiveReplicas(id).size() == 2; }, 10000));
+  ASSERT_TRUE(Eventually([&] {
+    auto got = Fedctl("cn-beijing", {"-o", "json", "services", "get", "chat"});
+    return got.out.find("\"ready\":2") != std::string::npos;
+  }, 20000, 300)) << Fedctl("cn-beijing", {"-o", "json", "services", "get", "chat"}).out;
+  auto rest = Curl("alice", "GET", "/v1/services");
+  EXPECT_EQ(rest.code, 200);
+  EXPECT_NE(rest.body.find("\"desired\":2"), std::string::npos) << rest.body;
+  auto events = Curl("alice", "GET", "/v1/jobs/" + id + "/events");
+  EXPECT_NE(events.body.find("replicas min 2 max 3"), std::string::npos) << events.body;
+  // listen.serve: a bearer token instead of a client certificate.
+  auto bearer = [&](const std::string& token, const std::string& path) {
+    std::vector<std::string> argv = {"/usr/bin/curl", "-s", "--path-as-is", "-o", "/dev/null", "-w",
+                                     "%{http_code}", "--cacert", tmp_ / "alice/ca.pem", "-X", "POST",
+                                     "--data-binary", "x"};
+    if (!token.empty()) argv.insert(argv.end(), {"-H", "Authorization: Bearer " + token});
+    argv.push_back("https://127.0.0.1:" + std::to_string(fed_.serve_port("cn-beijing")) + path);
+    return RunCommand(argv).out;
+  };
+  ASSERT_GT(fed_.serve_port("cn-beijing"), 0);
+  EXPECT_EQ(bearer("", "/v1/services/chat/predict"), "401");
+  auto issued = Fedctl("cn-beijing", {"services", "token", "chat"});
+  ASSERT_EQ(issued.exit_code, 0) << issued.err;
+  const std::string token = issued.out.substr(0, issued.out.find('\n'));
+  ASSERT_EQ(token.size(), 68u) << issued.out;
+  EXPECT_EQ(bearer(token, "/v1/services/chat/predict"), "200");
+  EXPECT_EQ(bearer("fgs_" + std::string(64, '0'), "/v1/services/chat/predict"), "401");
+  EXPECT_EQ(bearer(token, "/v1/jobs"), "404") << "listen.serve serves services only";
+  EXPECT_EQ(bearer(token, "/v1/services/other/predict"), "403") << "a token opens its own service only";
+  EXPECT_EQ(bearer(token, "/v1/services/chat/../x"), "400");
+  EXPECT_GE(Metric(fed_.ops_port("cn-beijing"),
+                   R"(fedgate_service_requests_total{service="chat",site="cn-beijing",code="401"})"),
+            1);
+  auto again = Fedctl("cn-beijing", {"services", "token", "chat"});
+  ASSERT_EQ(again.exit_code, 0);
+  EXPECT_EQ(bearer(token, "/v1/services/chat/predict"), "401") << "a new token replaces the old";
+  ASSERT_EQ(Fedctl("cn-beijing", {"services", "token", "chat", "--revoke"}).exit_code, 0);
+  EXPECT_EQ(bearer(again.out.substr(0, 68), "/v1/services/chat/predict"), "401") << "revoked";
+  events = Curl("alice", "GET", "/v1/jobs/" + id + "/events");
+  EXPECT_NE(events.body.find("bearer token revoked"), std::string::npos) << events.body;
+  EXPECT_EQ(events.body.find("fgs_"), std::string::npos) << "a token never enters the story";
+
+  auto del = Fedctl("cn-beijing", {"services", "delete", "chat"});
+  ASSERT_EQ(del.exit_code, 0) << del.err;
+  EXPECT_TRUE(Eventually([&] { return LiveReplicas(id).empty(); }, 15000, 200));
+  // Gone from the coordinator's ad: the other gateway answers 404 again.
+  EXPECT_TRUE(Eventually([&] {
+    return Curl("alice", "POST", "/v1/services/chat/predict", {"--data-binary", "x"}, "cn-shanghai").code == 404;
+  }, 10000, 200));
 }
 
 }  // namespace

@@ -282,6 +282,7 @@ void TestFederation::WriteConfig(const std::string& site) {
   std::ostringstream y;
   y << "site: " << site << "\nfederation: " << ca_->federation() << "\n"
     << "listen:\n  grpc: " << endpoint(site) << "\n  ops: 127.0.0.1:0\n  http: 127.0.0.1:0\n"
+    << (s.opts.serve ? "  serve: 127.0.0.1:0\n" : "")
     << "tls: {ca: tls/ca.pem, cert: tls/cert.pem, key: tls/key.pem"
     << (s.opts.tls_reload.empty() ? "" : ", reload_interval: " + s.opts.tls_reload)
     << (s.opts.tls_crl.empty() ? "" : ", crl: " + s.opts.tls_crl) << "}\n"
@@ -316,7 +317,7 @@ void TestFederation::Start(const std::string& site, const std::vector<std::strin
   Site& s = sites_.at(site);
   std::error_code ec;
   std::filesystem::remove(tmp_ / (site + "/data/ports"), ec);  // a previous start's
-  s.ops_port = s.http_port = 0;
+  s.ops_port = s.http_port = s.serve_port = 0;
   s.proc = Process::Spawn({FedgateBin(), "--config", tmp_ / (site + "/fedgate.yaml")},
                           tmp_ / (site + "/fedgate.log"), env);
 }
@@ -342,6 +343,7 @@ void TestFederation::ReadPorts(const std::string& site) {
   while (in >> name >> port) {
     if (name == "ops") s.ops_port = port;
     if (name == "http") s.http_port = port;
+    if (name == "serve") s.serve_port = port;
   }
 }
 
@@ -353,6 +355,11 @@ int TestFederation::ops_port(const std::string& site) {
 int TestFederation::http_port(const std::string& site) {
   ReadPorts(site);
   return sites_.at(site).http_port;
+}
+
+int TestFederation::serve_port(const std::string& site) {
+  ReadPorts(site);
+  return sites_.at(site).serve_port;
 }
 
 bool TestFederation::WaitReady(const std::string& site, int timeout_ms) {

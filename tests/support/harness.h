@@ -65,6 +65,7 @@ struct SiteOptions {
   std::string jobs_lease = "";    // jobs.lease; default from the interval
   std::string extra_yaml = "";    // more top-level config lines
   std::string inventory_source = "static";  // "slurm": no node_lines
+  bool serve = false;                       // listen.serve on a port of its own
 };
 
 class TestFederation {
@@ -93,6 +94,7 @@ class TestFederation {
   // bound (its data_dir/ports), waiting for it to listen; 0 if it exited.
   int ops_port(const std::string& site);
   int http_port(const std::string& site);
+  int serve_port(const std::string& site);  // listen.serve; 0 when off
   pid_t pid(const std::string& site) const { return sites_.at(site).proc->pid(); }
   std::string dir(const std::string& site) const { return tmp_ / site; }
   // Where this federation's ranks get their job folders.
@@ -118,6 +120,7 @@ class TestFederation {
     int grpc_port = 0;  // reserved up front: peers' configs name it
     int ops_port = 0;   // 0 until read from the ports file of this start
     int http_port = 0;
+    int serve_port = 0;
     TlsFiles admin;
     std::unique_ptr<Process> proc;
     std::unique_ptr<v1::AdminService::Stub> stub;

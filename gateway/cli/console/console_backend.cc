@@ -120,6 +120,10 @@ ConsoleReply ConsoleBackend::Answer(const std::string& method, const std::string
       v1::JobEventsResponse resp;
       return Unary([&](grpc::ClientContext* c, v1::JobEventsResponse* p) { return jobs->Events(c, call->events, p); }, &resp);
     }
+    case K::kServices: {
+      v1::ListServicesResponse resp;
+      return Unary([&](grpc::ClientContext* c, v1::ListServicesResponse* p) { return jobs->ListServices(c, call->services, p); }, &resp);
+    }
     case K::kSites: {
       v1::GetCapacityResponse resp;
       return Unary([&](grpc::ClientContext* c, v1::GetCapacityResponse* p) { return admin->GetCapacity(c, {}, p); }, &resp);

@@ -1,0 +1,28 @@
+"""Locust users of an inference service through a fedgate gateway.
+
+Each user POSTs /v1/services/$SERVICE/predict with the tenant's client
+certificate (FEDGATE_TLS_DIR: ca.pem, cert.pem, key.pem) on a keep-alive
+connection, waiting 0.3-0.7 s between requests (about 2 requests a second
+per user). Run by bench/serve_load.sh.
+"""
+import os
+
+from locust import HttpUser, between, task
+
+TLS = os.environ.get("FEDGATE_TLS_DIR", "")
+SERVICE = os.environ.get("SERVICE", "chat")
+
+
+class Client(HttpUser):
+    wait_time = between(0.3, 0.7)
+
+    def on_start(self):
+        self.client.cert = (os.path.join(TLS, "cert.pem"), os.path.join(TLS, "key.pem"))
+        self.client.verify = os.path.join(TLS, "ca.pem")
+
+    @task
+    def predict(self):
+        with self.client.post(f"/v1/services/{SERVICE}/predict", data=b'{"prompt": "hello"}',
+                              name="predict", catch_response=True) as r:
+            if r.status_code != 200:
+                r.failure(f"HTTP {r.status_code}: {r.text[:200]}")
