@@ -344,8 +344,8 @@ absl::Status JobStore::Save(JobRecord* job, federation::JobActor who) {
     }
     SqlStmt up(db,
                "UPDATE jobs SET state = ?2, reason = ?3, attempt = ?4, run = ?5, "
-               "updated_at_unix_ms = ?6, version = version + 1, term = ?8, coordinator = ?9 "
-               "WHERE id = ?1 AND version = ?7;");
+               "updated_at_unix_ms = ?6, version = version + 1, term = ?8, coordinator = ?9, "
+               "spec = ?10 WHERE id = ?1 AND version = ?7;");
     if (!up.ok()) return SqlError(db, "save");
     up.Text(1, job->id);
     up.Text(2, std::string(federation::JobStateName(job->state)));
@@ -356,6 +356,8 @@ absl::Status JobStore::Save(JobRecord* job, federation::JobActor who) {
     up.Int(7, static_cast<int64_t>(job->version));
     up.Int(8, static_cast<int64_t>(job->term));
     up.Text(9, job->moved_to);
+    // The spec too: a service's replica range moves (scale, autoscaler).
+    up.Blob(10, job->spec.SerializeAsString());
     if (sqlite3_step(up.get()) != SQLITE_DONE) return SqlError(db, "save");
     return InsertEvents(db, job->id, job->new_events);
   });

@@ -269,7 +269,8 @@ TEST_F(ServicesRelayTest, AnotherGatewayRelaysToTheCoordinatorAndFedctlManagesTh
   EXPECT_NE(bad.err.find("less than min"), std::string::npos) << bad.err;
   auto scaled = Fedctl("cn-beijing", {"services", "scale", "chat", "--min", "2", "--max", "3"});
   ASSERT_EQ(scaled.exit_code, 0) << scaled.err;
-  ASSERT_TRUE(Eventually([&] { return LiveReplicas(id).size() == 2; }, 10000));
+  ASSERT_TRUE(Eventually([&] { return LiveReplicas(id).size() == 2; }, 10000))
+      << scaled.out << Curl("alice", "GET", "/v1/jobs?page_size=50").body << fed_.log("cn-beijing");
   ASSERT_TRUE(Eventually([&] {
     auto got = Fedctl("cn-beijing", {"-o", "json", "services", "get", "chat"});
     return got.out.find("\"ready\":2") != std::string::npos;

@@ -115,6 +115,17 @@ TEST_F(JobStoreTest, ListPagesAndFilters) {
 using federation::JobActor;
 using federation::JobState;
 
+// A service's replica range lives in its spec, which a save keeps.
+TEST_F(JobStoreTest, ASaveKeepsTheSpecItCarries) {
+  auto a = jobs_->Submit(Job("vision", ""));
+  ASSERT_TRUE(a.ok());
+  JobRecord next = a->job;
+  next.spec.mutable_replicas()->set_desired(4);
+  ASSERT_TRUE(jobs_->Save(&next, JobActor::kCoordinator).ok());
+  EXPECT_EQ((*jobs_->Get(a->job.id))->spec.replicas().desired(), 4u);
+  EXPECT_EQ((*jobs_->Get(a->job.id))->spec.command(0), a->job.spec.command(0));
+}
+
 TEST_F(JobStoreTest, AStaleWriterLosesTheCompareAndSet) {
   auto a = jobs_->Submit(Job("vision", ""));
   ASSERT_TRUE(a.ok());
