@@ -63,7 +63,7 @@ ADDR=$(services | grep -o '"address":"[^"]*"' | head -1 | cut -d'"' -f4)
 GW_PID=${FED_PIDS[cn-beijing]}
 
 /usr/bin/python3 - "$ADDR" "$HTTP" "$ALICE" "$N" "$GW_PID" "$JSON" <<'PY'
-import http.client, json, ssl, statistics, subprocess, sys, time
+import http.client, json, socket, ssl, statistics, subprocess, sys, time
 addr, http_port, tls, n, gw_pid, out = sys.argv[1:7]
 n, gw_pid = int(n), int(gw_pid)
 host, port = addr.rsplit(":", 1)
@@ -72,6 +72,9 @@ ctx.load_cert_chain(f"{tls}/cert.pem", f"{tls}/key.pem")
 ctx.check_hostname = False
 direct = http.client.HTTPConnection(host, int(port))
 proxy = http.client.HTTPSConnection("127.0.0.1", int(http_port), context=ctx)
+for c in (direct, proxy):  # http.client writes header and body apart: no Nagle stalls
+    c.connect()
+    c.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 def call(c, path):
     t = time.perf_counter()
     c.request("POST", path, body=b'{"prompt": "hi"}')

@@ -33,6 +33,9 @@ def main():
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # One write per answer, sent at once: no Nagle / delayed-ACK stalls.
+        wbufsize = 1 << 16
+        disable_nagle_algorithm = True
 
         def log_message(self, *a):
             pass

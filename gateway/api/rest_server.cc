@@ -151,6 +151,8 @@ struct RestServer::Impl {
       head.body_limit(std::numeric_limits<std::uint64_t>::max());
       deadlines.Arm(fd, read_deadline);
       http::read_header(stream, buf, head, ec);
+      // The connection's last request says so in its answer (Connection: close).
+      if (!ec && served + 1 >= kMaxRequestsPerConnection) head.get().keep_alive(false);
       if (!ec && serve_mode) {
         deadlines.Arm(fd, kHandleDeadline);
         if (!ServeBearer(stream, buf, std::move(head)) || served + 1 >= kMaxRequestsPerConnection) break;
