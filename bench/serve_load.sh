@@ -78,6 +78,10 @@ fed_reserve_base
 fed_init "$WORK" "$FED_BASE"
 fed_start
 fed_wait_converged 60
+# A full mesh (federation.sh peers beijing and shenzhen only through
+# shanghai): a site killed below is then never the only way to another.
+fed_admin cn-beijing peers add --site cn-shenzhen --endpoint "127.0.0.1:${FED_GRPC[cn-shenzhen]}" >/dev/null
+fed_admin cn-shenzhen peers add --site cn-beijing --endpoint "127.0.0.1:${FED_GRPC[cn-beijing]}" >/dev/null
 HTTP=$(fed_port cn-beijing http)
 ALICE="$WORK/alice"
 services() {
@@ -128,8 +132,9 @@ FEDGATE_TLS_DIR="$ALICE" SERVICE=chat "$LOCUST" -f "$REPO/bench/locust/serve_loc
   --csv "$WORK/locust" --csv-full-history >"$WORK/locust.log" 2>&1 &
 LOCUST_PID=$!
 sleep "$KILL_AT"
-# A site (not the coordinator) that runs a replica now.
-VICTIM=$(services | grep -o '"site":"[a-z-]*"' | cut -d'"' -f4 | grep -v '^cn-beijing$' | head -1 || true)
+# The site (not the coordinator) that runs the most replicas now.
+VICTIM=$(services | grep -o '"site":"[a-z-]*"' | cut -d'"' -f4 | grep -v '^cn-beijing$' | sort | uniq -c |
+         sort -rn | awk 'NR == 1 { print $2 }' || true)
 KILLED_AT=$(( $(date +%s) - T0 ))
 if [ -n "$VICTIM" ]; then
   echo "serve_load: kill -9 the gateway of $VICTIM at ${KILLED_AT}s" >&2
@@ -140,9 +145,10 @@ fi
 wait "$LOCUST_PID" || true
 LOAD_END=$(( $(date +%s) - T0 ))
 [ -s "$WORK/locust_stats_history.csv" ] || { echo "serve_load: locust wrote no stats; its log:" >&2; tail -30 "$WORK/locust.log" >&2; exit 1; }
-# Scale-in after the load: scale_down_after plus a margin.
+# Scale-in after the load: two steps of scale_down_after (the first goes to
+# the highest desired of the window, which still saw load) plus a margin.
 down_s=$(/usr/bin/python3 -c "import re,sys; m=re.fullmatch(r'(\d+)(ms|s|m|h)', sys.argv[1]); print(int(m[1]) * {'ms': 0.001, 's': 1, 'm': 60, 'h': 3600}[m[2]])" "$DOWN_AFTER")
-sleep "$(( ${down_s%.*} + 20 ))"
+sleep "$(( 2 * ${down_s%.*} + 20 ))"
 kill "$SAMPLER" 2>/dev/null || true; SAMPLER=""
 
 /usr/bin/python3 - "$WORK" "$ONE_RPS" "$KILLED_AT" "$LOAD_END" "${VICTIM:-}" "$JSON" "$T0" <<'PY'
@@ -178,7 +184,11 @@ ready = min((p["ready"] for p in steady), default=0)
 rps = phase(killed_at - 20, killed_at)
 ratio = round(rps["rps"] / (ready * one_rps), 2) if rps and ready else None
 final = rows[-1] if rows else {}
-doc = {"one_replica_rps": one_rps, "killed_site": victim or None, "killed_at_s": killed_at,
+failures = [dict(name=f["Name"], error=f["Error"][:300], count=int(num(f["Occurrences"])))
+            for f in csv.DictReader(open(f"{work}/locust_failures.csv"))]
+for f in failures:
+    print(f"failure: {f['name']}: {f['error']} x{f['count']}")
+doc = {"one_replica_rps": one_rps, "failures": failures, "killed_site": victim or None, "killed_at_s": killed_at,
        "load_end_s": load_end, "phases": phases, "replicas_over_time": timeline,
        "max_ready": max((p["ready"] for p in timeline), default=0),
        "ready_after_scale_in": timeline[-1]["ready"] if timeline else None,

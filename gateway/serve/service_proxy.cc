@@ -61,11 +61,16 @@ absl::StatusOr<Identity> PeerIdentity(asio::ssl::stream<tcp::socket>& s) {
 
 // The ready replica with the fewest requests in flight, this site's first
 // on a tie, then any of the equals at random (so an idle service spreads
-// its requests); null when none is ready (or all were tried).
+// its requests); null when none is ready (or all were tried). After a
+// failure, replicas on the failed one's site come last: a site that goes
+// takes all its replicas at once.
 std::shared_ptr<Replica> Pick(const ServiceRoute& route, const std::set<std::string>& tried,
-                              const std::string& site) {
+                              const std::string& site, const std::string& shun_site = "") {
   std::vector<std::shared_ptr<Replica>> best;
-  auto key = [&](const Replica& r) { return std::pair(r.outstanding.load(), r.site == site ? 0 : 1); };
+  auto key = [&](const Replica& r) {
+    return std::tuple(!shun_site.empty() && r.site == shun_site ? 1 : 0, r.outstanding.load(),
+                      r.site == site ? 0 : 1);
+  };
   for (const auto& r : route.replicas) {
     if (!r->ready || tried.contains(r->job_id)) continue;
     if (best.empty() || key(*r) < key(*best[0])) {
@@ -241,9 +246,10 @@ bool ServiceProxy::ToReplica(Call& call, Head&& head, const ServiceRoute& route,
   }
   Continue(call, head);
   std::set<std::string> tried;
+  std::string failed_site;  // of the last replica that failed this request
   // Connects to the next replica; -1 (with why) when none is left.
   auto connect = [&](std::shared_ptr<Replica>* to, std::string* why) -> int {
-    while (auto r = Pick(route, tried, site_)) {
+    while (auto r = Pick(route, tried, site_, failed_site)) {
       tried.insert(r->job_id);
       const int fd = ConnectWithin(r->addr, r->port,
                                    static_cast<int>(std::min<int64_t>(kConnectTimeoutMs, policy.request_timeout_ms)), why);
@@ -253,6 +259,7 @@ bool ServiceProxy::ToReplica(Call& call, Head&& head, const ServiceRoute& route,
       }
       spdlog::warn("service {}: replica {}: {}", route.name, r->job_id, *why);
       services_->Failed(r);  // it never saw the request: try the next one
+      failed_site = r->site;
     }
     if (why->empty()) {
       *why = StrCat("no ready replica of service \"", route.name, "\" (", route.replicas.size(),
@@ -303,6 +310,7 @@ bool ServiceProxy::ToReplica(Call& call, Head&& head, const ServiceRoute& route,
       spdlog::warn("service {}: {}", route.name, why);
       if (timed_out) return Fail(call, 504, why);
       services_->Failed(r);
+      failed_site = r->site;
       if (!policy.idempotent) return Fail(call, 502, StrCat(why, " (not retried: the service is not idempotent)"));
     }
     return Fail(call, why.find("no ready replica") != std::string::npos ? 503 : 502, why, 1);
