@@ -128,6 +128,20 @@ bool Answer(Metrics* metrics, ServiceProxy::Call& call, Up& up, beast::flat_buff
   return call.keep;
 }
 
+// Stops watching a socket's deadline once the request is done with it.
+struct Disarmed {
+  ServiceProxy::Disarm& disarm;
+  int fd;
+  ~Disarmed() { disarm(fd); }
+};
+
+// An answer's parser: no size limit (answers stream through), no body
+// after a HEAD.
+void ExpectAnswer(http::response_parser<http::buffer_body>& rp, bool head_request) {
+  rp.body_limit(std::numeric_limits<std::uint64_t>::max());
+  if (head_request) rp.skip(true);
+}
+
 // A client waiting for "100 Continue" before its body gets it here, once
 // the request is known to be taken; the replica is not asked.
 void Continue(ServiceProxy::Call& call, ServiceProxy::Head& head) {
@@ -294,8 +308,7 @@ bool ServiceProxy::ToReplica(Call& call, Head&& head, const ServiceRoute& route,
       arm_(fd, timeout);
       beast::flat_buffer ubuf;
       http::response_parser<http::buffer_body> rp;
-      rp.body_limit(std::numeric_limits<std::uint64_t>::max());
-      if (call.head_request) rp.skip(true);
+      ExpectAnswer(rp, call.head_request);
       http::write(up, req, ec);
       if (!ec) http::read_header(up, ubuf, rp, ec);
       if (!ec) {
@@ -331,11 +344,7 @@ bool ServiceProxy::ToReplica(Call& call, Head&& head, const ServiceRoute& route,
   tcp::socket up(io);
   up.assign(r->addr.find(':') == std::string::npos ? tcp::v4() : tcp::v6(), fd);
   arm_(fd, timeout);
-  struct Cut {
-    Disarm& d;
-    int fd;
-    ~Cut() { d(fd); }
-  } cut{disarm_, fd};
+  const Disarmed disarmed{disarm_, fd};
   beast::error_code ec = Relay(up, call.down, call.buf, p);
   if (ec == http::error::body_limit) {
     return Fail(call, 413, StrCat("request body over the service's max_body of ", policy.max_body, " bytes"));
@@ -343,8 +352,7 @@ bool ServiceProxy::ToReplica(Call& call, Head&& head, const ServiceRoute& route,
   if (ec) return Fail(call, 502, StrCat("sending the request to replica ", r->job_id, ": ", ec.message()));
   beast::flat_buffer ubuf;
   http::response_parser<http::buffer_body> rp;
-  rp.body_limit(std::numeric_limits<std::uint64_t>::max());
-  if (call.head_request) rp.skip(true);
+  ExpectAnswer(rp, call.head_request);
   http::read_header(up, ubuf, rp, ec);
   if (ec) {
     services_->Failed(r);
@@ -376,11 +384,7 @@ bool ServiceProxy::ToCoordinator(Call& call, Head&& head, const std::string& ten
   asio::ssl::stream<tcp::socket> up(io, tls_->ctx);
   up.next_layer().assign(ep.protocol(), fd);
   arm_(fd, kRelayTimeout);
-  struct Cut {
-    Disarm& d;
-    int fd;
-    ~Cut() { d(fd); }
-  } cut{disarm_, fd};
+  const Disarmed disarmed{disarm_, fd};
   up.handshake(asio::ssl::stream_base::client, ec);
   if (ec) return Fail(call, 502, StrCat("TLS with the service's coordinator ", site, ": ", ec.message()));
   // Only the coordinator's own gateway gets the tenant's request.
@@ -399,8 +403,7 @@ bool ServiceProxy::ToCoordinator(Call& call, Head&& head, const std::string& ten
   if (ec) return Fail(call, 502, StrCat("relaying to the service's coordinator ", site, ": ", ec.message()));
   beast::flat_buffer ubuf;
   http::response_parser<http::buffer_body> rp;
-  rp.body_limit(std::numeric_limits<std::uint64_t>::max());
-  if (call.head_request) rp.skip(true);
+  ExpectAnswer(rp, call.head_request);
   http::read_header(up, ubuf, rp, ec);
   if (ec) return Fail(call, 502, StrCat("the service's coordinator ", site, ": ", ec.message()));
   call.keep = client_keep;
