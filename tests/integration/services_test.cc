@@ -260,6 +260,11 @@ TEST_F(ServicesRelayTest, AnotherGatewayRelaysToTheCoordinatorAndFedctlManagesTh
             403);
 
   // fedctl services: list, scale, get, delete.
+  auto jobs = Fedctl("cn-beijing", {"jobs", "list"});
+  ASSERT_EQ(jobs.exit_code, 0) << jobs.err;
+  EXPECT_NE(jobs.out.find("KIND"), std::string::npos) << jobs.out;
+  EXPECT_NE(jobs.out.find(" service "), std::string::npos) << jobs.out;
+  EXPECT_NE(jobs.out.find(" replica "), std::string::npos) << jobs.out;
   auto list = Fedctl("cn-beijing", {"services", "list"});
   ASSERT_EQ(list.exit_code, 0) << list.err;
   EXPECT_NE(list.out.find("chat"), std::string::npos) << list.out;
