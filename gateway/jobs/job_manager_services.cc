@@ -1,6 +1,6 @@
-// The job API's service calls: list the caller's services, scale one.
-// Replicas and their rotation live in the service controller (serve/),
-// which fills what only it knows through the status hook.
+// The job API's service calls: list the caller's services, scale one, issue or
+// revoke its bearer token. Replicas and their rotation live in the service
+// controller (serve/), which fills what only it knows through the status hook.
 #include <algorithm>
 
 #include "base/str_cat.h"
