@@ -18,6 +18,9 @@ struct Node {
   bool rdma = false;
   double nic_gbps = 0;  // 0 = unknown
   std::map<std::string, std::string> labels;
+  // CUDA_VISIBLE_DEVICES of each GPU index when it is not the index itself
+  // (whole GPUs beside partitioned ones; MIG UUIDs); empty = the index.
+  std::vector<std::string> devices;
 };
 
 class InventorySource {

@@ -5,6 +5,7 @@
 
 #include "federation/dataset.h"
 #include "federation/duration.h"
+#include "federation/mig.h"
 #include "federation/names.h"
 #include "federation/service_spec.h"
 #include "base/str_cat.h"
@@ -13,7 +14,10 @@ namespace fedgate::federation {
 
 absl::Status ValidateJobSpec(const v1::JobSpec& spec, const std::set<std::string>& known_models) {
   auto bad = [](auto&&... parts) { return absl::InvalidArgumentError(StrCat(parts...)); };
-  if (spec.gpus() == 0) return bad("gpus must be > 0");
+  if (spec.gpus() == 0 && spec.mig().empty()) return bad("gpus must be > 0");
+  if (!spec.mig().empty() && !IsMigProfile(spec.mig())) {
+    return bad("mig must be a MIG profile such as 1g.10gb, got \"", spec.mig().substr(0, 20), "\"");
+  }
   if (spec.gpus() > 100000) return bad("gpus must be at most 100000, got ", spec.gpus());
   for (const auto& m : spec.gpu_models()) {
     if (m.empty()) return bad("gpu_models: empty model name");
@@ -83,6 +87,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const std::set<std::string
 }
 
 v1::JobSpec WithDefaults(v1::JobSpec spec) {
+  if (spec.gpus() == 0 && !spec.mig().empty()) spec.set_gpus(1);  // one slice
   if (spec.priority().empty()) spec.set_priority("guaranteed");
   if (spec.estimated_duration().empty()) spec.set_estimated_duration("1h");
   if (spec.max_attempts() == 0) spec.set_max_attempts(3);
@@ -95,7 +100,8 @@ v1::JobSpec WithDefaults(v1::JobSpec spec) {
 
 JobRequest ToJobRequest(const v1::JobSpec& spec) {
   JobRequest r;
-  r.gpus = spec.gpus();
+  r.gpus = spec.gpus() == 0 && !spec.mig().empty() ? 1 : spec.gpus();
+  r.mig_profile = spec.mig();
   r.gpu_models.assign(spec.gpu_models().begin(), spec.gpu_models().end());
   r.min_gpu_memory_gib = spec.min_gpu_memory_gib();
   r.max_sites = spec.max_sites();

@@ -1,5 +1,7 @@
 #include "federation/placement.h"
 
+#include "federation/mig.h"
+
 #include <algorithm>
 #include <map>
 #include <set>
@@ -96,7 +98,13 @@ PlacementResult PlaceAny(const JobRequest& job, const std::vector<SiteOffer>& of
     Eligible e{o.site, oi, 0, {}};
     bool model_seen = false, memory_ok = false;
     for (const auto& n : o.nodes) {
-      if (!job.gpu_models.empty() && !Contains(job.gpu_models, n.gpu_model)) continue;
+      // A MIG job only on slices of its profile (gpu_models then name their
+      // GPUs' model); a whole-GPU job never on a slice.
+      const std::string profile = MigProfileOf(n.gpu_model);
+      if (profile != job.mig_profile) continue;
+      const std::string base = profile.empty() ? n.gpu_model
+                                               : n.gpu_model.substr(0, n.gpu_model.size() - profile.size() - 5);
+      if (!job.gpu_models.empty() && !Contains(job.gpu_models, base)) continue;
       model_seen = true;
       if (n.gpu_memory_gib < job.min_gpu_memory_gib) continue;
       memory_ok = true;
@@ -105,7 +113,10 @@ PlacementResult PlaceAny(const JobRequest& job, const std::vector<SiteOffer>& of
       e.nodes.push_back(n);
     }
     if (!model_seen) {
-      why_not[o.site] = StrCat("no GPU of model ", JoinModels(job.gpu_models));
+      why_not[o.site] = job.mig_profile.empty()
+                            ? StrCat("no GPU of model ", JoinModels(job.gpu_models))
+                            : StrCat("no MIG slice of profile ", job.mig_profile,
+                                     job.gpu_models.empty() ? "" : " on " + JoinModels(job.gpu_models));
     } else if (!memory_ok) {
       why_not[o.site] = StrCat("no GPU with at least ", job.min_gpu_memory_gib, " GiB");
     } else if (e.free == 0) {

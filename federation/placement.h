@@ -31,6 +31,9 @@ struct JobRequest {
   std::vector<std::string> avoided_sites;
   std::vector<std::string> preferred_sites;  // tried first, in order
   std::vector<std::string> datasets;         // staged to every chosen site that lacks them
+  // MIG slices of this profile instead of whole GPUs ("" = whole GPUs):
+  // only nodes advertised as "<model> MIG <profile>" (federation/mig.h).
+  std::string mig_profile;
 };
 
 struct NodeOffer {

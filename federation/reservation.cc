@@ -224,11 +224,11 @@ absl::StatusOr<Hold> ReservationLedger::Prepare(const std::string& job_id, uint3
     const uint32_t span = port_hi_ - port_lo_ + 1;
     for (uint32_t i = 0; i < span && port == 0; ++i) {
       const uint32_t p = port_lo_ + (next_port_ - port_lo_ + i) % span;
-      if (!used.contains(p)) port = p;
+      if (!used.contains(p) && !(port_in_use_ && port_in_use_(want, p))) port = p;
     }
     if (port == 0) {
       return absl::ResourceExhaustedError(StrCat("no free MASTER_PORT in ", port_lo_, "-", port_hi_,
-                                                 " (executor.port_range)"));
+                                                 " (executor.port_range; held here or in use on the node)"));
     }
     next_port_ = port == port_hi_ ? port_lo_ : port + 1;
   }

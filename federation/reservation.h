@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -71,6 +72,11 @@ class ReservationLedger {
     port_hi_ = hi;
     next_port_ = lo;
   }
+  // Whether a port is taken on the nodes asked for by something the ledger
+  // does not hold (another program's listener): such ports are skipped when
+  // one is picked. Called under the caller's lock: it must be quick.
+  using PortInUse = std::function<bool(const std::vector<NodeRequest>& nodes, uint32_t port)>;
+  void SetPortInUse(PortInUse fn) { port_in_use_ = std::move(fn); }
 
   // PERMISSION_DENIED unless `coordinator` owns the job here (or nobody does
   // yet). Every entry point below checks it first.
@@ -172,6 +178,7 @@ class ReservationLedger {
   uint32_t RawFree(const std::string& node) const;
   std::map<std::string, uint32_t> external_;
   uint32_t port_lo_ = 29500, port_hi_ = 29999, next_port_ = 29500;
+  PortInUse port_in_use_;
 };
 
 }  // namespace fedgate::federation

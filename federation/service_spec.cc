@@ -64,7 +64,7 @@ absl::Status ValidateServiceFields(const v1::JobSpec& spec) {
     }
     return absl::OkStatus();
   }
-  if (spec.gpus() != 1) {
+  if (spec.gpus() != 1 && !(spec.gpus() == 0 && !spec.mig().empty())) {
     return Bad("a service's gpus is per replica and must be 1 (a replica is one rank), got ",
                spec.gpus());
   }

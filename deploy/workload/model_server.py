@@ -87,7 +87,8 @@ def main():
                     time.sleep(args.compute_ms / 1000.0)
                 served[0] += 1
                 return self.reply(200, json.dumps({"replica": name, "served": served[0],
-                                                   "input_bytes": len(data)}))
+                                                   "input_bytes": len(data),
+                                                   "devices": os.environ.get("CUDA_VISIBLE_DEVICES", "")}))
             if self.path.startswith("/echo"):
                 return self.reply(200, json.dumps({
                     "replica": name, "method": self.command, "path": self.path,

@@ -2,6 +2,8 @@
 // (config_sections.cc); every error names the file, the line and the key.
 #include "gateway/config/config.h"
 
+#include "federation/mig.h"
+
 #include <yaml-cpp/yaml.h>
 
 #include <filesystem>
@@ -26,7 +28,7 @@ std::string Resolve(const std::string& base_dir, const std::string& p) {
 federation::Node ParseNode(const YamlWalker& w, const YAML::Node& n, const std::string& path) {
   w.ExpectKeys(n, path,
                {"name", "address", "gpu_model", "gpu_memory_gib", "gpus", "rdma", "nic_gbps",
-                "labels"});
+                "labels", "mig"});
   federation::Node node;
   for (const char* req : {"name", "address", "gpu_model", "gpus"}) {
     if (!n[req]) w.Fail(n, StrCat("missing required key \"", path, ".", req, "\""));
@@ -66,6 +68,35 @@ federation::Node ParseNode(const YamlWalker& w, const YAML::Node& n, const std::
     }
   }
   return node;
+}
+
+std::map<uint32_t, std::vector<federation::MigSlice>> ParseMig(const YamlWalker& w, const YAML::Node& n,
+                                                              const std::string& path) {
+  std::map<uint32_t, std::vector<federation::MigSlice>> out;
+  if (!n.IsMap()) w.Fail(n, StrCat("\"", path, "\" must map GPU indices to lists of MIG profiles"));
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    const std::string gpu_path = StrCat(path, ".", it->first.as<std::string>());
+    const int64_t gpu = w.Scalar<int64_t>(it->first, gpu_path, "a GPU index");
+    if (gpu < 0 || gpu > 4095) w.Fail(it->first, StrCat("\"", gpu_path, "\": GPU index out of range"));
+    const YAML::Node list = it->second;
+    if (!list.IsSequence()) w.Fail(list, StrCat("\"", gpu_path, "\" must be a list of profiles"));
+    auto& slices = out[static_cast<uint32_t>(gpu)];
+    for (size_t i = 0; i < list.size(); ++i) {
+      const YAML::Node e = list[i];
+      const std::string at = StrCat(gpu_path, "[", i, "]");
+      federation::MigSlice slice;
+      if (e.IsMap()) {  // {profile, uuid}
+        w.ExpectKeys(e, at, {"profile", "uuid"});
+        if (!e["profile"]) w.Fail(e, StrCat("missing required key \"", at, ".profile\""));
+        slice.profile = w.Str(e["profile"], at + ".profile");
+        if (e["uuid"]) slice.uuid = w.Str(e["uuid"], at + ".uuid");
+      } else {
+        slice.profile = w.Str(e, at);
+      }
+      slices.push_back(std::move(slice));
+    }
+  }
+  return out;
 }
 
 }  // namespace config_sections

@@ -108,11 +108,18 @@ void ParseInventory(const YAML::Node& root, [[maybe_unused]] const std::string& 
   const size_t node_count = inv["nodes"] ? inv["nodes"].size() : 0;
   for (size_t i = 0; i < node_count; ++i) {
     const auto& n = inv["nodes"][i];
-    auto node = ParseNode(w, n, StrCat("inventory.nodes[", i, "]"));
-    if (!node_names.insert(node.name).second) {
-      w.Fail(n, StrCat("duplicate node name \"", node.name, "\""));
+    const std::string path = StrCat("inventory.nodes[", i, "]");
+    auto node = ParseNode(w, n, path);
+    std::vector<federation::Node> expanded{node};
+    if (n["mig"]) {  // partitioned GPUs: one node per profile besides the whole GPUs
+      auto split = federation::ExpandMig(c.site, node, ParseMig(w, n["mig"], path + ".mig"));
+      if (!split.ok()) w.Fail(n["mig"], StrCat("\"", path, ".mig\": ", split.status().message()));
+      expanded = std::move(*split);
     }
-    c.nodes.push_back(std::move(node));
+    for (auto& e : expanded) {
+      if (!node_names.insert(e.name).second) w.Fail(n, StrCat("duplicate node name \"", e.name, "\""));
+      c.nodes.push_back(std::move(e));
+    }
   }
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "federation/inventory.h"
+#include "federation/mig.h"
 #include "gateway/config/config.h"
 #include "gateway/config/yaml_walk.h"
 
@@ -15,6 +16,9 @@ namespace fedgate::gateway::config_sections {
 // A path from the file, absolute, resolved against the config's folder.
 std::string Resolve(const std::string& base_dir, const std::string& p);
 federation::Node ParseNode(const YamlWalker& w, const YAML::Node& n, const std::string& path);
+// A node's `mig:` map: GPU index -> slices (a profile, or {profile, uuid}).
+std::map<uint32_t, std::vector<federation::MigSlice>> ParseMig(const YamlWalker& w, const YAML::Node& n,
+                                                              const std::string& path);
 
 // site and federation names
 void ParseIdentity(const YAML::Node& root, [[maybe_unused]] const std::string& base_dir,

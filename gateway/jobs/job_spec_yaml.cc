@@ -84,7 +84,7 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, const std::str
         "min_link_gbps", "allowed_sites", "avoided_sites", "priority", "estimated_duration", "time_limit",
         "max_attempts", "command", "env", "recovery", "max_replacements", "checkpoint",
         "datasets", "preferred_sites", "image", "kind", "replicas", "readiness", "autoscale",
-        "spot_replicas", "idempotent", "request_timeout", "max_body"};
+        "spot_replicas", "idempotent", "request_timeout", "max_body", "mig"};
     v1::JobSpec spec;
     const std::map<std::string, google::protobuf::RepeatedPtrField<std::string>*> kLists = {
         {"gpu_models", spec.mutable_gpu_models()},   {"allowed_sites", spec.mutable_allowed_sites()},
@@ -100,6 +100,8 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, const std::str
         spec.set_name(w.Scalar<std::string>(v, key, "a string"));
       } else if (key == "image") {
         spec.set_image(w.Scalar<std::string>(v, key, "a string"));
+      } else if (key == "mig") {
+        spec.set_mig(w.Scalar<std::string>(v, key, "a MIG profile (1g.10gb)"));
       } else if (key == "kind") {
         spec.set_kind(w.Scalar<std::string>(v, key, "job or service"));
       } else if (key == "replicas" || key == "readiness" || key == "autoscale") {

@@ -53,6 +53,17 @@ Participant::Participant(const Config& config, const federation::Clock* clock, S
       nodes_(config.nodes),
       ledger_(NodeSizes(config)) {
   ledger_.SetPortRange(config_.executor.port_lo, config_.executor.port_hi);
+  // A port another program listens on is not handed out (checked where the
+  // node's address is this host's; another host's ports cannot be tried).
+  std::map<std::string, std::string> addresses;
+  for (const auto& n : config.nodes) addresses[n.name] = n.address;
+  ledger_.SetPortInUse([addresses](const std::vector<federation::NodeRequest>& nodes, uint32_t port) {
+    for (const auto& n : nodes) {
+      auto a = addresses.find(n.node);
+      if (a != addresses.end() && PortTakenHere(a->second, port)) return true;
+    }
+    return false;
+  });
   for (const auto& q : config_.tenants) (void)quota_.SetQuota(q);
 }
 

@@ -44,6 +44,10 @@ class Clock;
 
 namespace fedgate::gateway {
 
+// Whether a program on this host listens on address:port (IPv4; false for
+// an address that is not this host's).
+bool PortTakenHere(const std::string& address, uint32_t port);
+
 class AdAuthority;
 
 class Participant {

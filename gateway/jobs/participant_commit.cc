@@ -235,6 +235,7 @@ Participant::LaunchPlan Participant::PlanLaunchLocked(const federation::Hold& ho
   for (const auto& n : nodes_) {
     plan.node_addr[n.name] = n.address;
     plan.node_model[n.name] = n.gpu_model;
+    if (!n.devices.empty()) plan.node_devices[n.name] = n.devices;
   }
   plan.work = WorkDir(key.job_id());
   plan.cgroup = std::move(cgroup);
@@ -259,7 +260,11 @@ std::vector<std::pair<std::string, std::string>> Participant::RankEnvironment(
   env.emplace_back("LOCAL_RANK", std::to_string(r.local_rank()));
   env.emplace_back("LOCAL_WORLD_SIZE", std::to_string(r.local_world_size()));
   env.emplace_back("GROUP_RANK", std::to_string(r.group_rank()));
-  env.emplace_back("CUDA_VISIBLE_DEVICES", std::to_string(plan.gpu_of[i]));
+  const uint32_t gpu = plan.gpu_of[i];
+  auto devices = plan.node_devices.find(r.node());
+  env.emplace_back("CUDA_VISIBLE_DEVICES", devices != plan.node_devices.end() && gpu < devices->second.size()
+                                               ? devices->second[gpu]
+                                               : std::to_string(gpu));
   env.emplace_back("FEDGATE_JOB_ID", key.job_id());
   env.emplace_back("FEDGATE_SITE", config_.site);
   env.emplace_back("FEDGATE_ATTEMPT", std::to_string(key.attempt()));

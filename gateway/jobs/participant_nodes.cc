@@ -1,6 +1,12 @@
 // This site's nodes as the participant sees them: free GPUs, what the ad
 // says besides, health, cordons, and the resource manager's view of them.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
 
@@ -9,6 +15,21 @@
 #include "gateway/jobs/participant.h"
 
 namespace fedgate::gateway {
+
+bool PortTakenHere(const std::string& address, uint32_t port) {
+  sockaddr_in sa{};
+  if (inet_pton(AF_INET, address.c_str(), &sa.sin_addr) != 1) return false;
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));  // TIME_WAIT is not "taken"
+  // EADDRNOTAVAIL: not this host's address, nothing to learn here.
+  const bool taken = ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 && errno == EADDRINUSE;
+  ::close(fd);
+  return taken;
+}
 
 federation::NodeExtras Participant::NodeExtras() {
   std::lock_guard lock(mu_);

@@ -18,12 +18,13 @@ namespace {
 class ServicesTest : public ::testing::Test {
  protected:
   void SetUp() override { StartSites({"cn-beijing"}); }
-  // Sites that peer with each other, one 8-GPU node each.
-  void StartSites(const std::vector<std::string>& sites) {
+  // Sites that peer with each other, one 8-GPU node each (or `node`).
+  void StartSites(const std::vector<std::string>& sites, const std::string& node = "") {
     for (const auto& name : sites) {
       SiteOptions o;
       o.site = name;
-      o.node_lines = {"{name: " + name + "-1, address: 127.0.0.1, gpu_model: A100-80GB, gpus: 8}"};
+      o.node_lines = {node.empty() ? "{name: " + name + "-1, address: 127.0.0.1, gpu_model: A100-80GB, gpus: 8}"
+                                   : node};
       for (const auto& p : sites) {
         if (p != name) o.peers.push_back(p);
       }
@@ -213,6 +214,54 @@ TEST_F(ServicesTest, AReplicaThatNeverBecomesReadyGets503WithRetryAfter) {
                    "@" + Body(R"({"spec": {"kind": "service", "name": "slow", "gpus": 1, "command": ["true"]}})")});
   EXPECT_EQ(dup.code, 409) << dup.body;
   EXPECT_NE(dup.body.find("already runs service"), std::string::npos) << dup.body;
+}
+
+// MIG: a node with one whole GPU and seven 1g.10gb slices of the other.
+class ServicesMigTest : public ServicesTest {
+ protected:
+  void SetUp() override {
+    StartSites({"cn-beijing"},
+               "{name: bj-1, address: 127.0.0.1, gpu_model: A100-80GB, gpus: 2, mig: {0: [1g.10gb, 1g.10gb, "
+               "1g.10gb, 1g.10gb, 1g.10gb, 1g.10gb, {profile: 1g.10gb, uuid: MIG-0000-given}]}}");
+  }
+};
+
+TEST_F(ServicesMigTest, SevenSlicesRunSevenReplicasEachSeeingOnlyItsUuid) {
+  const std::string id = SubmitService(
+      R"({"spec": {"kind": "service", "name": "small", "mig": "1g.10gb", "replicas": {"min": 7, "max": 7},
+          "readiness": {"period": "300ms"}, "command": )" + Server("") + "}}");
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(Eventually([&] {
+    return Curl("alice", "GET", "/v1/jobs/" + id).body.find("7 of 7 replica(s) ready") != std::string::npos;
+  }, 40000, 250)) << Curl("alice", "GET", "/v1/jobs/" + id).body << fed_.log("cn-beijing");
+  std::set<std::string> devices;
+  for (int i = 0; i < 80 && devices.size() < 7; ++i) {
+    auto r = Curl("alice", "POST", "/v1/services/small/predict", {"--data-binary", "x"});
+    ASSERT_EQ(r.code, 200) << r.body;
+    const std::string d = Field(r.body, "devices");
+    EXPECT_EQ(d.rfind("MIG-", 0), 0u) << "one MIG UUID, nothing else: " << d;
+    EXPECT_EQ(d.find(','), std::string::npos) << d;
+    devices.insert(d);
+  }
+  EXPECT_EQ(devices.size(), 7u) << "seven replicas, seven distinct slices";
+  EXPECT_TRUE(devices.contains("MIG-0000-given")) << "a UUID the inventory names is used as given";
+  // Whole-GPU jobs: the one whole GPU (device 1) serves one; two never fit.
+  auto submit = [&](int gpus) {
+    return SubmitService(R"({"spec": {"name": "whole", "gpus": )" + std::to_string(gpus) +
+                         R"(, "command": ["sh", "-c", "echo devices=$CUDA_VISIBLE_DEVICES; sleep 30"]}})");
+  };
+  const std::string two = submit(2);
+  const std::string one = submit(1);
+  ASSERT_TRUE(Eventually([&] { return Field(Curl("alice", "GET", "/v1/jobs/" + one).body, "state") == "RUNNING"; },
+                         15000));
+  ASSERT_TRUE(Eventually([&] {
+    return Curl("alice", "GET", "/v1/jobs/" + one + "/logs?rank=0").body.find("devices=1\n") != std::string::npos;
+  }, 10000)) << Curl("alice", "GET", "/v1/jobs/" + one + "/logs?rank=0").body;
+  auto pending = Curl("alice", "GET", "/v1/jobs/" + two).body;
+  EXPECT_EQ(Field(pending, "state"), "PENDING") << "two whole GPUs never come from slices: " << pending;
+  // The ad carries the slices as their own model.
+  auto sites = Curl("alice", "GET", "/v1/sites").body;
+  EXPECT_NE(sites.find("A100-80GB MIG 1g.10gb"), std::string::npos) << sites;
 }
 
 class ServicesRelayTest : public ServicesTest {

@@ -4,6 +4,9 @@
 // what the store keeps across a restart, and that ranks are started with
 // the participant's lock free (another thread can take it meanwhile).
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <future>
@@ -702,6 +705,32 @@ TEST_F(ParticipantTest, OnceTheRecordIsKeptOnlyItsTermIsServed) {
   EXPECT_EQ(p_->TermRefusals()["stale"], 1u);
   EXPECT_TRUE(call(2).ok());
   p_->Stop();
+}
+
+}  // namespace
+}  // namespace fedgate::gateway
+
+namespace fedgate::gateway {
+namespace {
+
+// The check behind "a port another program listens on is not handed out",
+// on real sockets.
+TEST(PortTakenHere, AListenerTakesItsPortAndAnotherHostsAddressSaysNothing) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_ANY);  // as a server listening on 0.0.0.0
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  socklen_t len = sizeof(sa);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len), 0);
+  const uint32_t port = ntohs(sa.sin_port);
+  EXPECT_TRUE(PortTakenHere("127.0.0.1", port));
+  EXPECT_FALSE(PortTakenHere("192.0.2.1", port)) << "not this host's address (TEST-NET-1)";
+  EXPECT_FALSE(PortTakenHere("not-an-ip", port));
+  ::close(fd);
+  EXPECT_FALSE(PortTakenHere("127.0.0.1", port));
 }
 
 }  // namespace

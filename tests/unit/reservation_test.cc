@@ -291,5 +291,28 @@ TEST(LedgerPorts, MasterPortsAreHeldLikeGpus) {
   EXPECT_EQ(d->master_port, c->master_port);
 }
 
+TEST(LedgerPorts, APortInUseOnTheNodeIsSkipped) {
+  ReservationLedger ledger({{"n1", 8}, {"n2", 8}});
+  ledger.SetPortRange(40000, 40002);
+  std::vector<std::pair<std::string, uint32_t>> asked;
+  ledger.SetPortInUse([&](const std::vector<NodeRequest>& nodes, uint32_t port) {
+    for (const auto& n : nodes) asked.emplace_back(n.node, port);
+    return port == 40000;  // another program listens there
+  });
+  const HoldOwner o{"coord", "t", ""};
+  auto a = ledger.Prepare("j1", 1, 1, o, {{"n1", 1}, {"n2", 1}}, 0, 1000, nullptr, true);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->master_port, 40001u);
+  ASSERT_GE(asked.size(), 2u);
+  EXPECT_EQ(asked[0], std::make_pair(std::string("n1"), 40000u)) << "the nodes asked for are checked";
+  EXPECT_EQ(asked[1], std::make_pair(std::string("n2"), 40000u));
+  auto b = ledger.Prepare("j2", 1, 1, o, {{"n1", 1}}, 0, 1000, nullptr, true);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->master_port, 40002u);
+  auto c = ledger.Prepare("j3", 1, 1, o, {{"n1", 1}}, 0, 1000, nullptr, true);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted) << "40000 stays taken";
+  EXPECT_NE(c.status().message().find("in use on the node"), std::string::npos) << c.status();
+}
+
 }  // namespace
 }  // namespace fedgate::federation
