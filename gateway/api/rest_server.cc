@@ -232,7 +232,8 @@ struct RestServer::Impl {
     boost::system::error_code ec;
     const auto peer = stream.next_layer().remote_endpoint(ec);
     return proxy->Serve(stream, buf, std::move(head), tenant,
-                        ec ? std::string("unknown") : peer.address().to_string(), relayed);
+                        ec ? std::string("unknown") : peer.address().to_string(), relayed,
+                        relayed ? caller->site : "");
   }
 
   bool ServeBearer(ssl::stream<tcp::socket>& stream, boost::beast::flat_buffer& buf,
@@ -393,6 +394,15 @@ absl::StatusOr<std::unique_ptr<RestServer>> RestServer::Open(const Config& confi
         services, core, metrics, config,
         [d = &im.deadlines](int fd, std::chrono::milliseconds in) { d->Arm(fd, in); },
         [d = &im.deadlines](int fd) { d->Disarm(fd); });
+    if (participant != nullptr) {  // coordinators' requests for this site's replicas
+      im.proxy->SetLocalReplicas([participant](const std::string& from, const std::string& tenant,
+                                               const std::string& job)
+                                     -> absl::StatusOr<std::pair<std::string, uint32_t>> {
+        auto r = participant->ServiceReplica(from, tenant, job);
+        if (!r.ok()) return r.status();
+        return std::pair(r->addr, r->port);
+      });
+    }
   }
   boost::system::error_code ec;
   im.crl = std::make_unique<RevocationList>(config.tls.crl);

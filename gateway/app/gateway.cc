@@ -25,6 +25,7 @@
 #include "gateway/jobs/checkpoint_sync.h"
 #include "gateway/jobs/participant_client.h"
 #include "gateway/api/rest_server.h"
+#include "gateway/serve/replica_hop.h"
 #include "gateway/serve/service_controller.h"
 #include "gateway/serve/service_tokens.h"
 #include "gateway/jobs/job_manager.h"
@@ -303,6 +304,13 @@ absl::Status Gateway::MakeJobs() {
       s->Describe(id, out);
     });
     core_->SetServicesFn([s = services_.get()] { return s->Advertised(); });
+    // A replica on another site is probed by its own site's gateway.
+    hop_ = std::make_unique<ReplicaHop>(core_.get(), config_);
+    services_->SetProber([hop = hop_.get(), site = config_.site](const Replica& r, const std::string& path,
+                                                                 int64_t timeout_ms) {
+      if (r.site == site || !hop->usable()) return ProbeHttp(r.addr, r.port, path, timeout_ms);
+      return hop->Probe(r, path, timeout_ms);
+    });
     tokens_ = std::make_unique<ServiceTokens>(store_.get());
     job_manager_->SetTokenIssuer([t = tokens_.get()](const std::string& id, bool revoke)
                                      -> absl::StatusOr<std::string> {

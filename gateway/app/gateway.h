@@ -36,6 +36,7 @@ class CheckpointSync;
 class AdminServiceImpl;
 class JobServiceImpl;
 class JobManager;
+class ReplicaHop;
 class ServiceController;
 class ServiceTokens;
 class RestServer;
@@ -98,6 +99,7 @@ class Gateway {
   std::unique_ptr<Takeover> takeover_;  // after the coordinator, before it at stop
   std::unique_ptr<JobStore> job_store_;
   std::unique_ptr<JobManager> job_manager_;
+  std::unique_ptr<ReplicaHop> hop_;               // to replicas on other sites (probes)
   std::unique_ptr<ServiceController> services_;  // kind: service (the coordinator's)
   std::unique_ptr<ServiceTokens> tokens_;         // their bearer tokens
   std::unique_ptr<JobServiceImpl> job_service_;

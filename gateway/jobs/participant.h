@@ -189,6 +189,16 @@ class Participant {
   absl::StatusOr<CheckpointJob> CheckpointReceiver(const std::string& from,
                                                    const std::string& job);
   const RankUser& rank_user() const { return runner_->user(); }
+  // participant_service.cc: where the running replica `job_id` (a service's
+  // one-rank slice here) listens, for its coordinator `from` relaying a
+  // request of `tenant`: NOT_FOUND when none runs here, PERMISSION_DENIED
+  // when it is another coordinator's or tenant's.
+  struct ServedReplica {
+    std::string addr;
+    uint32_t port = 0;
+  };
+  absl::StatusOr<ServedReplica> ServiceReplica(const std::string& from, const std::string& tenant,
+                                               const std::string& job_id);
   // Reads the rank's log by offset with pread: at most 1 MiB per call.
   absl::StatusOr<v1::ReadLogResponse> ReadLog(const std::string& from,
                                               const v1::ReadLogRequest& req);

@@ -17,6 +17,15 @@ namespace fedgate::gateway {
 
 namespace http = boost::beast::http;
 
+boost::asio::ip::tcp ProtocolOf(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0 && ss.ss_family == AF_INET6) {
+    return boost::asio::ip::tcp::v6();
+  }
+  return boost::asio::ip::tcp::v4();
+}
+
 // A connected blocking TCP socket to addr:port within timeout_ms, or -1.
 int ConnectWithin(const std::string& addr, uint32_t port, int timeout_ms, std::string* err) {
   sockaddr_storage ss{};

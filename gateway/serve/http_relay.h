@@ -4,6 +4,7 @@
 // that nothing is held whole.
 #pragma once
 
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <cstdint>
@@ -17,6 +18,9 @@ namespace fedgate::gateway {
 // A connected blocking TCP socket to addr (an IP) and port within
 // timeout_ms, with TCP_NODELAY; -1 and *err otherwise.
 int ConnectWithin(const std::string& addr, uint32_t port, int timeout_ms, std::string* err);
+
+// The protocol (v4 or v6) of a connected socket, to hand it to Asio.
+boost::asio::ip::tcp ProtocolOf(int fd);
 
 // Drops hop-by-hop fields, and those the Connection field names.
 void StripHopByHop(boost::beast::http::fields& f);

@@ -113,6 +113,8 @@ void ServiceController::Pass() {
         if (!view || view->epoch != run.epoch()) {  // new, or started again elsewhere
           view = std::make_shared<Replica>();
           view->job_id = r.id;
+          view->service = rec.spec.name();
+          view->tenant = rec.tenant;
           view->site = run.sites(0).site();
           view->addr = run.master_addr();
           view->port = run.master_port();
@@ -262,7 +264,9 @@ void ServiceController::Probe(
   for (size_t i = 0; i < due.size(); ++i) {
     threads.emplace_back([&, i] {
       const auto& [r, p] = due[i];
-      ok[i] = ProbeHttp(r->addr, r->port, p.probe_path, p.probe_timeout_ms).ok() ? 1 : 0;
+      const auto st = prober_ ? prober_(*r, p.probe_path, p.probe_timeout_ms)
+                              : ProbeHttp(r->addr, r->port, p.probe_path, p.probe_timeout_ms);
+      ok[i] = st.ok() ? 1 : 0;
     });
   }
   for (auto& t : threads) t.join();

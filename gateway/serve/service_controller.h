@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -30,6 +31,8 @@ class Metrics;
 // One replica as the proxy sees it; shared with requests in flight.
 struct Replica {
   std::string job_id;
+  std::string service;  // its name
+  std::string tenant;
   std::string site;
   std::string addr;
   uint32_t port = 0;
@@ -53,6 +56,10 @@ class ServiceController {
   ServiceController(JobStore* store, JobManager* jobs, const federation::Clock* clock,
                     Metrics* metrics, std::string site);
   ~ServiceController();
+  // How a replica's readiness is probed: GET path within timeout_ms, OK on
+  // a 2xx answer. Unset: straight to its address (ProbeHttp).
+  using Prober = std::function<absl::Status(const Replica&, const std::string& path, int64_t timeout_ms)>;
+  void SetProber(Prober p) { prober_ = std::move(p); }
   void Start();
   void Stop();
   // One reconcile pass (the thread runs it each second; tests call it).
@@ -98,6 +105,7 @@ class ServiceController {
   const federation::Clock* clock_;
   Metrics* metrics_;
   std::string site_;
+  Prober prober_;
   std::mutex mu_;
   std::map<std::string, Service> services_ ABSL_GUARDED_BY(mu_);  // by service id
   std::map<std::string, uint64_t> counted_ ABSL_GUARDED_BY(mu_);  // requests since last pass

@@ -1,31 +1,20 @@
 #include "gateway/serve/service_proxy.h"
 
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <spdlog/spdlog.h>
-#include <openssl/ssl.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <limits>
+#include <optional>
 #include <random>
 #include <set>
 
-#include "base/host_port.h"
 #include "base/str_cat.h"
 #include "gateway/config/config.h"
 #include "gateway/peering/core.h"
-#include "gateway/security/certs.h"
-#include "gateway/security/identity.h"
 #include "gateway/ops/metrics.h"
 #include "gateway/serve/http_relay.h"
+#include "gateway/serve/replica_hop.h"
 #include "gateway/serve/service_controller.h"
+#include "gateway/serve/service_proxy_call.h"
 #include "gateway/serve/service_target.h"
 
 namespace fedgate::gateway {
@@ -36,28 +25,7 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
-
-constexpr int kConnectTimeoutMs = 2000;
-
-
-
-
-template <class Message>
-void PrepareUpstream(Message& m, const std::string& path, const std::string& client_ip) {
-  StripHopByHop(m);
-  m.erase(ServiceProxy::kTenantHeader);  // fedgate's own, not the replica's
-  m.target(path);
-  AddForwardedFor(m, client_ip);
-  m.keep_alive(false);  // one connection per request to a replica
-}
-
-// The identity in the certificate the other end of `s` presented.
-absl::StatusOr<Identity> PeerIdentity(asio::ssl::stream<tcp::socket>& s) {
-  const std::string pem = PeerCertificatePem(s.native_handle());
-  if (pem.empty()) return absl::UnauthenticatedError("no certificate");
-  return IdentityFromCertPem(pem);
-}
-
+using namespace proxy_parts;  // NOLINT: the proxy's own parts
 
 // The ready replica with the fewest requests in flight, this site's first
 // on a tie, then any of the equals at random (so an idle service spreads
@@ -92,77 +60,24 @@ struct InFlight {
 
 }  // namespace
 
-struct ServiceProxy::Call {
-  Call(Downstream& d, beast::flat_buffer& b) : down(d), buf(b) {}
-  Downstream& down;
-  beast::flat_buffer& buf;
-  Clock::time_point start = Clock::now();
-  std::string service = "-";
-  std::string site;
-  bool head_request = false;
-  bool keep = false;
-};
-
-namespace {
-
-// The answer whose header `rp` holds, streamed from `up` to the client:
-// from here on the request is the replica's (or the coordinator's).
-template <class Up>
-bool Answer(Metrics* metrics, ServiceProxy::Call& call, Up& up, beast::flat_buffer& ubuf,
-            http::response_parser<http::buffer_body>& rp) {
-  auto& res = rp.get();
-  const int code = static_cast<int>(res.result_int());
-  StripHopByHop(res);
-  const bool bodyless = call.head_request || code == 204 || code == 304 || code / 100 == 1;
-  if (!bodyless && !rp.chunked() && !rp.content_length()) res.chunked(true);  // ends at EOF upstream
-  res.keep_alive(call.keep);
-  beast::error_code ec = Relay(call.down, up, ubuf, rp);
-  metrics->Inc("fedgate_service_requests_total",
-               {{"service", call.service}, {"site", call.site}, {"code", std::to_string(code)}});
-  metrics->Observe("fedgate_service_request_duration_seconds", {{"service", call.service}},
-                   std::chrono::duration<double>(Clock::now() - call.start).count());
-  if (ec) {
-    spdlog::warn("service {}: answer cut: {}", call.service, ec.message());
-    return false;
+// A connection to one replica: TCP straight to it, or TLS to its site's
+// gateway.
+struct ServiceProxy::Link {
+  asio::io_context io;
+  std::optional<tcp::socket> plain;
+  std::optional<ReplicaHop::Tls> tls;
+  int fd = -1;
+  template <class F>
+  auto With(F&& f) {
+    return tls ? f(*tls) : f(*plain);
   }
-  return call.keep;
-}
-
-// Stops watching a socket's deadline once the request is done with it.
-struct Disarmed {
-  ServiceProxy::Disarm& disarm;
-  int fd;
-  ~Disarmed() { disarm(fd); }
-};
-
-// An answer's parser: no size limit (answers stream through), no body
-// after a HEAD.
-void ExpectAnswer(http::response_parser<http::buffer_body>& rp, bool head_request) {
-  rp.body_limit(std::numeric_limits<std::uint64_t>::max());
-  if (head_request) rp.skip(true);
-}
-
-// A client waiting for "100 Continue" before its body gets it here, once
-// the request is known to be taken; the replica is not asked.
-void Continue(ServiceProxy::Call& call, ServiceProxy::Head& head) {
-  const auto expect = head.get()[http::field::expect];
-  if (!beast::iequals(expect, "100-continue")) return;
-  http::response<http::empty_body> cont{http::status::continue_, 11};
-  beast::error_code ec;
-  http::write(call.down, cont, ec);
-  head.get().erase(http::field::expect);
-}
-
-}  // namespace
-
-struct ServiceProxy::Tls {
-  asio::ssl::context ctx{asio::ssl::context::tls_client};
 };
 
 ServiceProxy::ServiceProxy(ServiceController* services, GatewayCore* core, Metrics* metrics,
                            const Config& config, Arm arm, Disarm disarm)
     : services_(services), core_(core), metrics_(metrics), site_(config.site),
-      federation_(config.federation), arm_(std::move(arm)), disarm_(std::move(disarm)) {
+      federation_(config.federation), arm_(std::move(arm)), disarm_(std::move(disarm)),
+      hop_(std::make_unique<ReplicaHop>(core, config)) {
   metrics_->Describe("fedgate_service_requests_total", "counter",
                      "Requests to services through this gateway, by service, the replica's site "
                      "(the coordinator's for a relayed one; this one's when none was reached) and "
@@ -170,20 +85,10 @@ ServiceProxy::ServiceProxy(ServiceController* services, GatewayCore* core, Metri
   metrics_->Describe("fedgate_service_request_duration_seconds", "histogram",
                      "Time from a service request's header to the end of its answer",
                      {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30});
-  if (core_ == nullptr) return;
-  auto tls = std::make_unique<Tls>();
-  beast::error_code ec;
-  tls->ctx.set_options(asio::ssl::context::no_sslv2 | asio::ssl::context::no_sslv3 |
-                       asio::ssl::context::no_tlsv1 | asio::ssl::context::no_tlsv1_1);
-  tls->ctx.use_certificate_chain_file(config.tls.cert, ec);
-  if (!ec) tls->ctx.use_private_key_file(config.tls.key, asio::ssl::context::pem, ec);
-  if (!ec) tls->ctx.load_verify_file(config.tls.ca, ec);
-  if (ec) {
-    spdlog::warn("services: cannot relay to other gateways (TLS files: {})", ec.message());
-    return;
+  if (core_ != nullptr && !hop_->usable()) {
+    spdlog::warn("services: cannot reach other gateways (TLS files unusable): no relays, "
+                 "replicas on other sites unreachable");
   }
-  tls->ctx.set_verify_mode(asio::ssl::verify_peer);
-  tls_ = std::move(tls);
 }
 
 ServiceProxy::~ServiceProxy() = default;
@@ -202,6 +107,7 @@ bool ServiceProxy::Fail(Call& call, int status, const std::string& message, int 
   res.set(http::field::content_type, "application/json");
   if (retry_after_s > 0) res.set(http::field::retry_after, std::to_string(retry_after_s));
   if (challenge) res.set(http::field::www_authenticate, "Bearer realm=\"fedgate\"");
+  if (call.unreached) res.set(ReplicaHop::kUnreachedHeader, "1");
   std::string quoted;
   for (char c : message) {
     if (c == '"' || c == '\\') quoted.push_back('\\');
@@ -219,7 +125,8 @@ bool ServiceProxy::Fail(Call& call, int status, const std::string& message, int 
 }
 
 bool ServiceProxy::Serve(Downstream& down, beast::flat_buffer& buf, Head&& head,
-                         const std::string& tenant, const std::string& client_ip, bool relayed) {
+                         const std::string& tenant, const std::string& client_ip, bool relayed,
+                         const std::string& relaying_site) {
   Call call(down, buf);
   call.head_request = head.get().method() == http::verb::head;
   call.keep = head.get().keep_alive();
@@ -229,15 +136,20 @@ bool ServiceProxy::Serve(Downstream& down, beast::flat_buffer& buf, Head&& head,
     call.keep = false;  // the body, if any, was not read
     return Fail(call, absl::IsNotFound(target.status()) ? 404 : 400, std::string(target.status().message()));
   }
+  const auto replica = head.get()[ReplicaHop::kReplicaHeader];
+  if (relayed && !relaying_site.empty() && !replica.empty()) {  // a coordinator's, for a replica here
+    call.service = target->name;
+    return ToLocalReplica(call, std::move(head), relaying_site, tenant, std::string(replica),
+                          target->path, client_ip);
+  }
   auto route = services_->Route(tenant, target->name);
   if (!route.ok()) {
     // Coordinated elsewhere: relayed there, once.
-    if (!relayed && core_ != nullptr && tls_ != nullptr) {
+    if (!relayed && core_ != nullptr && hop_->usable()) {
       const std::string site = core_->ServiceCoordinator(tenant, target->name);
-      const std::string at = site.empty() || site == site_ ? "" : core_->SiteHttpEndpoint(site);
-      if (!at.empty()) {
+      if (!site.empty() && site != site_ && !core_->SiteHttpEndpoint(site).empty()) {
         call.service = target->name;
-        return ToCoordinator(call, std::move(head), tenant, client_ip, site, at);
+        return ToCoordinator(call, std::move(head), tenant, client_ip, site);
       }
     }
     call.keep = false;
@@ -246,6 +158,38 @@ bool ServiceProxy::Serve(Downstream& down, beast::flat_buffer& buf, Head&& head,
   call.service = target->name;
   services_->CountRequest(route->id);
   return ToReplica(call, std::move(head), *route, target->path, client_ip);
+}
+
+bool ServiceProxy::Open(const Replica& r, std::chrono::milliseconds timeout, Link* link, std::string* why) {
+  const int connect_ms = static_cast<int>(std::min<int64_t>(kConnectTimeoutMs, timeout.count()));
+  if (r.site == site_ || !hop_->usable()) {
+    const int fd = ConnectWithin(r.addr, r.port, connect_ms, why);
+    if (fd < 0) return false;
+    link->plain.emplace(link->io);
+    link->plain->assign(ProtocolOf(fd), fd);
+    link->fd = fd;
+    arm_(fd, timeout);
+    return true;
+  }
+  auto fd = hop_->Connect(r.site, connect_ms);
+  if (!fd.ok()) {
+    *why = std::string(fd.status().message());
+    return false;
+  }
+  link->tls.emplace(link->io, hop_->ctx());
+  link->tls->next_layer().assign(ProtocolOf(*fd), *fd);
+  link->fd = *fd;
+  arm_(*fd, timeout);
+  beast::error_code ec;
+  link->tls->handshake(asio::ssl::stream_base::client, ec);
+  absl::Status peer = ec ? absl::UnavailableError(StrCat("TLS with site ", r.site, "'s gateway: ", ec.message()))
+                         : hop_->CheckPeer(link->tls->native_handle(), r.site);
+  if (!peer.ok()) {
+    disarm_(*fd);
+    *why = std::string(peer.message());
+    return false;
+  }
+  return true;
 }
 
 bool ServiceProxy::ToReplica(Call& call, Head&& head, const ServiceRoute& route, const std::string& path,
@@ -261,16 +205,12 @@ bool ServiceProxy::ToReplica(Call& call, Head&& head, const ServiceRoute& route,
   Continue(call, head);
   std::set<std::string> tried;
   std::string failed_site;  // of the last replica that failed this request
-  // Connects to the next replica; -1 (with why) when none is left.
-  auto connect = [&](std::shared_ptr<Replica>* to, std::string* why) -> int {
+  // The next replica a connection opens to; null (with why) when none is left.
+  auto next = [&](std::unique_ptr<Link>* link, std::string* why) -> std::shared_ptr<Replica> {
     while (auto r = Pick(route, tried, site_, failed_site)) {
       tried.insert(r->job_id);
-      const int fd = ConnectWithin(r->addr, r->port,
-                                   static_cast<int>(std::min<int64_t>(kConnectTimeoutMs, policy.request_timeout_ms)), why);
-      if (fd >= 0) {
-        *to = r;
-        return fd;
-      }
+      *link = std::make_unique<Link>();
+      if (Open(*r, timeout, link->get(), why)) return r;
       spdlog::warn("service {}: replica {}: {}", route.name, r->job_id, *why);
       services_->Failed(r);  // it never saw the request: try the next one
       failed_site = r->site;
@@ -279,7 +219,23 @@ bool ServiceProxy::ToReplica(Call& call, Head&& head, const ServiceRoute& route,
       *why = StrCat("no ready replica of service \"", route.name, "\" (", route.replicas.size(),
                     " running, none passing its readiness probe)");
     }
-    return -1;
+    return nullptr;
+  };
+  // Through a site's gateway the request keeps the service's address and
+  // names its replica and tenant; straight to a replica, its own path.
+  auto address = [&](auto& req, const Link& link, const Replica& r) {
+    if (link.tls) {
+      req.target(StrCat("/v1/services/", route.name, path));
+      req.set(kTenantHeader, route.tenant);
+      req.set(ReplicaHop::kReplicaHeader, r.job_id);
+    } else {
+      req.target(path);
+      req.erase(kTenantHeader);
+      req.erase(ReplicaHop::kReplicaHeader);
+    }
+  };
+  auto unreached = [](const Link& link, const http::response_parser<http::buffer_body>& rp) {
+    return link.tls && !rp.get()[ReplicaHop::kUnreachedHeader].empty();
   };
   const bool small = !head.chunked() && (!length || *length <= kReplayBytes);
   if (small) {
@@ -296,35 +252,41 @@ bool ServiceProxy::ToReplica(Call& call, Head&& head, const ServiceRoute& route,
     PrepareUpstream(req, path, client_ip);
     req.prepare_payload();
     std::string why;
-    for (int attempt = 0; attempt < 2; ++attempt) {
-      std::shared_ptr<Replica> r;
-      const int fd = connect(&r, &why);
-      if (fd < 0) break;
+    for (int reached = 0; reached < 2;) {
+      std::unique_ptr<Link> link;
+      auto r = next(&link, &why);
+      if (!r) break;
+      const Disarmed disarmed{disarm_, link->fd};
       InFlight in_flight(r);
       call.site = r->site;
-      asio::io_context io;
-      tcp::socket up(io);
-      up.assign(r->addr.find(':') == std::string::npos ? tcp::v4() : tcp::v6(), fd);
-      arm_(fd, timeout);
+      address(req, *link, *r);
       beast::flat_buffer ubuf;
       http::response_parser<http::buffer_body> rp;
       ExpectAnswer(rp, call.head_request);
-      http::write(up, req, ec);
-      if (!ec) http::read_header(up, ubuf, rp, ec);
-      if (!ec) {
-        const bool keep = Answer(metrics_, call, up, ubuf, rp);
-        disarm_(fd);
-        return keep;
+      link->With([&](auto& up) {
+        http::write(up, req, ec);
+        if (!ec) http::read_header(up, ubuf, rp, ec);
+        return 0;
+      });
+      if (!ec && unreached(*link, rp)) {  // its site's gateway could not reach it
+        why = StrCat("replica ", r->job_id, " not reached through site ", r->site, "'s gateway (HTTP ",
+                     rp.get().result_int(), ")");
+        spdlog::warn("service {}: {}", route.name, why);
+        services_->Failed(r);
+        failed_site = r->site;
+        continue;
       }
-      disarm_(fd);
+      if (!ec) return link->With([&](auto& up) { return Answer(metrics_, call, up, ubuf, rp); });
       const bool timed_out = Clock::now() - call.start >= timeout;
-      why = StrCat("replica ", r->job_id, " at ", r->addr, ":", r->port, ": ",
-                   timed_out ? "no answer within request_timeout" : ec.message());
+      why = StrCat("replica ", r->job_id, " at ", r->addr, ":", r->port, link->tls ? " (through its site's gateway)" : "",
+                   ": ", timed_out ? "no answer within request_timeout" : ec.message());
       spdlog::warn("service {}: {}", route.name, why);
       if (timed_out) return Fail(call, 504, why);
       services_->Failed(r);
       failed_site = r->site;
       if (!policy.idempotent) return Fail(call, 502, StrCat(why, " (not retried: the service is not idempotent)"));
+      ++reached;
+      ec = {};
     }
     return Fail(call, why.find("no ready replica") != std::string::npos ? 503 : 502, why, 1);
   }
@@ -334,18 +296,15 @@ bool ServiceProxy::ToReplica(Call& call, Head&& head, const ServiceRoute& route,
   const bool client_keep = p.get().keep_alive();
   PrepareUpstream(p.get(), path, client_ip);
   std::string why;
-  std::shared_ptr<Replica> r;
-  const int fd = connect(&r, &why);
+  std::unique_ptr<Link> link;
+  auto r = next(&link, &why);
   call.keep = false;  // an error mid-body leaves the client's stream unusable
-  if (fd < 0) return Fail(call, 503, why, 1);
+  if (!r) return Fail(call, 503, why, 1);
+  const Disarmed disarmed{disarm_, link->fd};
   InFlight in_flight(r);
   call.site = r->site;
-  asio::io_context io;
-  tcp::socket up(io);
-  up.assign(r->addr.find(':') == std::string::npos ? tcp::v4() : tcp::v6(), fd);
-  arm_(fd, timeout);
-  const Disarmed disarmed{disarm_, fd};
-  beast::error_code ec = Relay(up, call.down, call.buf, p);
+  address(p.get(), *link, *r);
+  beast::error_code ec = link->With([&](auto& up) { return Relay(up, call.down, call.buf, p); });
   if (ec == http::error::body_limit) {
     return Fail(call, 413, StrCat("request body over the service's max_body of ", policy.max_body, " bytes"));
   }
@@ -353,61 +312,17 @@ bool ServiceProxy::ToReplica(Call& call, Head&& head, const ServiceRoute& route,
   beast::flat_buffer ubuf;
   http::response_parser<http::buffer_body> rp;
   ExpectAnswer(rp, call.head_request);
-  http::read_header(up, ubuf, rp, ec);
-  if (ec) {
+  link->With([&](auto& up) {
+    http::read_header(up, ubuf, rp, ec);
+    return 0;
+  });
+  if (ec || unreached(*link, rp)) {
     services_->Failed(r);
-    return Fail(call, Clock::now() - call.start >= timeout ? 504 : 502,
-                StrCat("replica ", r->job_id, ": ", ec.message()));
+    return Fail(call, !ec || Clock::now() - call.start < timeout ? 502 : 504,
+                StrCat("replica ", r->job_id, ": ", ec ? ec.message() : "not reached through its site's gateway"));
   }
   call.keep = client_keep;
-  return Answer(metrics_, call, up, ubuf, rp);
-}
-
-bool ServiceProxy::ToCoordinator(Call& call, Head&& head, const std::string& tenant,
-                                 const std::string& client_ip, const std::string& site,
-                                 const std::string& at) {
-  call.site = site;
-  const bool client_keep = call.keep;
-  call.keep = false;  // until the answer is whole
-  const auto [host, port_text] = SplitHostPort(at);
-  asio::io_context io;
-  tcp::resolver resolver(io);
-  beast::error_code ec;
-  auto found = resolver.resolve(std::string(host), std::string(port_text), ec);
-  if (ec || found.empty()) {
-    return Fail(call, 502, StrCat("the service's coordinator ", site, ": cannot resolve ", at));
-  }
-  const auto ep = found.begin()->endpoint();
-  std::string why;
-  const int fd = ConnectWithin(ep.address().to_string(), ep.port(), kConnectTimeoutMs, &why);
-  if (fd < 0) return Fail(call, 503, StrCat("the service's coordinator ", site, ": ", why), 1);
-  asio::ssl::stream<tcp::socket> up(io, tls_->ctx);
-  up.next_layer().assign(ep.protocol(), fd);
-  arm_(fd, kRelayTimeout);
-  const Disarmed disarmed{disarm_, fd};
-  up.handshake(asio::ssl::stream_base::client, ec);
-  if (ec) return Fail(call, 502, StrCat("TLS with the service's coordinator ", site, ": ", ec.message()));
-  // Only the coordinator's own gateway gets the tenant's request.
-  auto peer = PeerIdentity(up);
-  if (!peer.ok() || peer->role != Role::kGateway || peer->site != site || peer->federation != federation_) {
-    return Fail(call, 502, StrCat(at, " is not the gateway of site ", site));
-  }
-  Continue(call, head);
-  http::request_parser<http::buffer_body> p(std::move(head));
-  p.body_limit(std::numeric_limits<std::uint64_t>::max());  // the coordinator applies max_body
-  StripHopByHop(p.get());
-  p.get().set(kTenantHeader, tenant);
-  AddForwardedFor(p.get(), client_ip);
-  p.get().keep_alive(false);
-  ec = Relay(up, call.down, call.buf, p);
-  if (ec) return Fail(call, 502, StrCat("relaying to the service's coordinator ", site, ": ", ec.message()));
-  beast::flat_buffer ubuf;
-  http::response_parser<http::buffer_body> rp;
-  ExpectAnswer(rp, call.head_request);
-  http::read_header(up, ubuf, rp, ec);
-  if (ec) return Fail(call, 502, StrCat("the service's coordinator ", site, ": ", ec.message()));
-  call.keep = client_keep;
-  return Answer(metrics_, call, up, ubuf, rp);
+  return link->With([&](auto& up) { return Answer(metrics_, call, up, ubuf, rp); });
 }
 
 }  // namespace fedgate::gateway

@@ -1,6 +1,8 @@
 // The proxy behind /v1/services/<name>/<path> on the REST port: picks the
 // ready replica with the fewest requests in flight (this site's first on a
 // tie), relays the request and streams the answer back (docs/services.md).
+// A replica on this site is called straight; one on another site through
+// that site's gateway (ReplicaHop), which relays it on to the replica.
 // A replica that refuses or resets is taken out of rotation at once and the
 // request tried once more elsewhere when that is safe: always when it never
 // reached the replica, else when the service is idempotent and the body was
@@ -16,6 +18,9 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+
+#include "absl/status/statusor.h"
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
@@ -26,6 +31,7 @@ namespace fedgate::gateway {
 
 class GatewayCore;
 class Metrics;
+class ReplicaHop;
 class ServiceController;
 struct Config;
 
@@ -50,12 +56,21 @@ class ServiceProxy {
                const Config& config, Arm arm, Disarm disarm);
   ~ServiceProxy();
 
+  // Where a replica of this site listens, for the gateway `from` that
+  // coordinates it relaying a request of `tenant` (the participant's
+  // ServiceReplica). Unset: this gateway relays no other's requests on.
+  using LocalReplicas = std::function<absl::StatusOr<std::pair<std::string, uint32_t>>(
+      const std::string& from, const std::string& tenant, const std::string& job_id)>;
+  void SetLocalReplicas(LocalReplicas fn) { local_ = std::move(fn); }
+
   // Serves one request whose header `head` was read from `down` (its body
   // not yet); `tenant` is the caller's. `relayed`: it came from another
-  // gateway (never relayed again). Returns whether the client connection
-  // may serve another request.
+  // gateway, `relaying_site` (never relayed to a coordinator again; one
+  // naming a replica of this site goes to that replica). Returns whether
+  // the client connection may serve another request.
   bool Serve(Downstream& down, boost::beast::flat_buffer& buf, Head&& head,
-             const std::string& tenant, const std::string& client_ip, bool relayed);
+             const std::string& tenant, const std::string& client_ip, bool relayed,
+             const std::string& relaying_site = "");
 
   // Answers a request refused before the proxy (listen.serve's token
   // checks) with `status` and a JSON error, counted like the proxy's own;
@@ -66,14 +81,22 @@ class ServiceProxy {
   struct Call;  // one request's state (service_proxy.cc)
 
  private:
+  struct Link;  // an open way to one replica
   bool Fail(Call& call, int status, const std::string& message, int retry_after_s = 0,
             bool challenge = false);
   // To the replicas this gateway routes to.
   bool ToReplica(Call& call, Head&& head, const struct ServiceRoute& route, const std::string& path,
                  const std::string& client_ip);
-  // To the gateway that coordinates the service, at its REST endpoint `at`.
+  // A connection to replica `r`, straight or through its site's gateway,
+  // its deadline armed: false (with why) when none opens.
+  bool Open(const struct Replica& r, std::chrono::milliseconds timeout, Link* link, std::string* why);
+  // service_proxy_hops.cc: to the gateway that coordinates the service.
   bool ToCoordinator(Call& call, Head&& head, const std::string& tenant, const std::string& client_ip,
-                     const std::string& site, const std::string& at);
+                     const std::string& site);
+  // service_proxy_hops.cc: from the coordinator of replica `job_id` of
+  // this site, on to the replica.
+  bool ToLocalReplica(Call& call, Head&& head, const std::string& from, const std::string& tenant,
+                      const std::string& job_id, const std::string& path, const std::string& client_ip);
 
   ServiceController* services_;
   GatewayCore* core_;
@@ -82,8 +105,8 @@ class ServiceProxy {
   std::string federation_;
   Arm arm_;
   Disarm disarm_;
-  struct Tls;
-  std::unique_ptr<Tls> tls_;  // client side, for relays; null if unusable
+  std::unique_ptr<ReplicaHop> hop_;  // to other gateways; unusable without core or TLS files
+  LocalReplicas local_;
 };
 
 }  // namespace fedgate::gateway

@@ -375,5 +375,62 @@ TEST_F(ServicesRelayTest, AnotherGatewayRelaysToTheCoordinatorAndFedctlManagesTh
   }, 10000, 200));
 }
 
+
+class ServicesHopTest : public ServicesRelayTest {
+ protected:
+  void SetUp() override { StartSites({"cn-beijing", "cn-shanghai", "cn-shenzhen"}); }
+};
+
+// A replica on another site than the coordinator's is probed and called
+// through its own site's gateway, which serves only the replica's
+// coordinator and tenant.
+TEST_F(ServicesHopTest, AReplicaOnAnotherSiteIsReachedThroughItsSitesGateway) {
+  ASSERT_TRUE(Eventually([&] { return fed_.Converged({"cn-beijing", "cn-shanghai", "cn-shenzhen"}); }, 20000));
+  const std::string id = SubmitService(
+      R"({"spec": {"kind": "service", "name": "chat", "gpus": 1, "allowed_sites": ["cn-shanghai"],
+          "readiness": {"period": "300ms"}, "command": )" + Server("") + "}}");
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(Eventually([&] {
+    return Curl("alice", "POST", "/v1/services/chat/predict", {"--data-binary", "x"}).code == 200;
+  }, 30000, 250)) << fed_.log("cn-beijing") << fed_.log("cn-shanghai");
+  auto echo = Curl("alice", "POST", "/v1/services/chat/echo?q=1", {"--data-binary", "abc"});
+  ASSERT_EQ(echo.code, 200) << echo.body;
+  EXPECT_EQ(Field(echo.body, "path"), "/echo?q=1");
+  EXPECT_NE(echo.body.find("\"body_bytes\": 3"), std::string::npos) << echo.body;
+  EXPECT_EQ(echo.body.find("fedgate-replica"), std::string::npos) << "fedgate's header never reaches a replica";
+  EXPECT_EQ(echo.body.find("fedgate-tenant"), std::string::npos) << echo.body;
+  // Two proxies on the way: the coordinator's, then shanghai's gateway's.
+  EXPECT_NE(echo.body.find("\"x-forwarded-for\": \"127.0.0.1, 127.0.0.1\""), std::string::npos) << echo.body;
+  // Shanghai's gateway relayed the probes and both requests on.
+  EXPECT_GE(Metric(fed_.ops_port("cn-shanghai"),
+                   R"(fedgate_service_requests_total{service="chat",site="cn-shanghai",code="200"})"),
+            3);
+  const auto replicas = LiveReplicas(id);
+  ASSERT_EQ(replicas.size(), 1u);
+  // Only the replica's coordinator may call it through shanghai's gateway;
+  // a user's Fedgate-Replica is no more than a header (relayed as a tenant's
+  // request, and dropped before the replica).
+  WriteTlsDir(tmp_ / "shenzhen-gw", ca_.Gateway("cn-shenzhen"));
+  const std::vector<std::string> hop = {"-H", "Fedgate-Tenant: vision", "-H", "Fedgate-Replica: " + replicas[0],
+                                        "--data-binary", "x"};
+  auto other = Curl("shenzhen-gw", "POST", "/v1/services/chat/echo", hop, "cn-shanghai");
+  EXPECT_EQ(other.code, 403) << other.body;
+  EXPECT_NE(other.body.find("not one of cn-shenzhen's services"), std::string::npos) << other.body;
+  auto nobody = Curl("shenzhen-gw", "POST", "/v1/services/chat/echo",
+                     {"-H", "Fedgate-Tenant: vision", "-H", "Fedgate-Replica: j-nosuch", "--data-binary", "x"},
+                     "cn-shanghai");
+  EXPECT_EQ(nobody.code, 404) << nobody.body;
+  auto user = Curl("alice", "POST", "/v1/services/chat/echo", {"-H", "Fedgate-Replica: " + replicas[0],
+                                                               "--data-binary", "x"}, "cn-shanghai");
+  EXPECT_EQ(user.code, 200) << user.body;
+  EXPECT_EQ(user.body.find("fedgate-replica"), std::string::npos) << user.body;
+  // Its site's gateway gone, the replica is out of rotation.
+  fed_.Kill("cn-shanghai");
+  EXPECT_TRUE(Eventually([&] {
+    auto r = Curl("alice", "POST", "/v1/services/chat/predict", {"--data-binary", "x"});
+    return r.code == 503 && r.headers.find("Retry-After") != std::string::npos;
+  }, 15000, 200));
+}
+
 }  // namespace
 }  // namespace fedgate::testing
