@@ -1,5 +1,7 @@
 #include "gateway/serve/replica_hop.h"
 
+#include <poll.h>
+
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
@@ -61,6 +63,45 @@ absl::StatusOr<int> ReplicaHop::Connect(const std::string& site, int timeout_ms)
   const int fd = ConnectWithin(ep->address().to_string(), ep->port(), timeout_ms, &why);
   if (fd < 0) return absl::UnavailableError(StrCat("the gateway of site ", site, ": ", why));
   return fd;
+}
+
+std::unique_ptr<ReplicaHop::Tls> ReplicaHop::TakeIdle(const std::string& site) {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<std::unique_ptr<Tls>> stale;  // closed after the lock
+  std::unique_ptr<Tls> out;
+  {
+    std::lock_guard lock(mu_);
+    auto it = idle_.find(site);
+    if (it == idle_.end()) return nullptr;
+    auto& q = it->second;
+    while (!q.empty() && out == nullptr) {
+      auto [since, s] = std::move(q.back());  // the most recent: least likely closed
+      q.pop_back();
+      pollfd p{s->next_layer().native_handle(), POLLIN, 0};
+      // Readable while idle: the other end closed it (or broke the protocol).
+      if (now - since > kIdleFor || ::poll(&p, 1, 0) != 0) {
+        stale.push_back(std::move(s));
+      } else {
+        out = std::move(s);
+      }
+    }
+    while (!q.empty() && now - q.front().first > kIdleFor) {
+      stale.push_back(std::move(q.front().second));
+      q.pop_front();
+    }
+  }
+  return out;
+}
+
+void ReplicaHop::Keep(const std::string& site, std::unique_ptr<Tls> s) {
+  std::unique_ptr<Tls> dropped;
+  std::lock_guard lock(mu_);
+  auto& q = idle_[site];
+  if (q.size() >= kMaxIdlePerSite) {
+    dropped = std::move(q.front().second);
+    q.pop_front();
+  }
+  q.emplace_back(std::chrono::steady_clock::now(), std::move(s));
 }
 
 absl::Status ReplicaHop::CheckPeer(ssl_st* ssl, const std::string& site) const {

@@ -65,7 +65,8 @@ struct InFlight {
 struct ServiceProxy::Link {
   asio::io_context io;
   std::optional<tcp::socket> plain;
-  std::optional<ReplicaHop::Tls> tls;
+  std::unique_ptr<ReplicaHop::Tls> tls;  // on the hop's io context (it may be pooled)
+  bool reused = false;                   // taken from the pool
   int fd = -1;
   template <class F>
   auto With(F&& f) {
@@ -85,6 +86,9 @@ ServiceProxy::ServiceProxy(ServiceController* services, GatewayCore* core, Metri
   metrics_->Describe("fedgate_service_request_duration_seconds", "histogram",
                      "Time from a service request's header to the end of its answer",
                      {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30});
+  metrics_->Describe("fedgate_service_hop_connections_total", "counter",
+                     "Connections to other sites' gateways for their replicas, by site: new (TCP "
+                     "and TLS handshakes) or reused (kept open from an earlier request)");
   if (core_ != nullptr && !hop_->usable()) {
     spdlog::warn("services: cannot reach other gateways (TLS files unusable): no relays, "
                  "replicas on other sites unreachable");
@@ -160,7 +164,8 @@ bool ServiceProxy::Serve(Downstream& down, beast::flat_buffer& buf, Head&& head,
   return ToReplica(call, std::move(head), *route, target->path, client_ip);
 }
 
-bool ServiceProxy::Open(const Replica& r, std::chrono::milliseconds timeout, Link* link, std::string* why) {
+bool ServiceProxy::Open(const Replica& r, std::chrono::milliseconds timeout, bool reuse, Link* link,
+                        std::string* why) {
   const int connect_ms = static_cast<int>(std::min<int64_t>(kConnectTimeoutMs, timeout.count()));
   if (r.site == site_ || !hop_->usable()) {
     const int fd = ConnectWithin(r.addr, r.port, connect_ms, why);
@@ -171,12 +176,23 @@ bool ServiceProxy::Open(const Replica& r, std::chrono::milliseconds timeout, Lin
     arm_(fd, timeout);
     return true;
   }
+  if (reuse) {
+    if (auto idle = hop_->TakeIdle(r.site)) {
+      link->tls = std::move(idle);
+      link->reused = true;
+      link->fd = link->tls->next_layer().native_handle();
+      arm_(link->fd, timeout);
+      metrics_->Inc("fedgate_service_hop_connections_total", {{"site", r.site}, {"kind", "reused"}});
+      return true;
+    }
+  }
+  metrics_->Inc("fedgate_service_hop_connections_total", {{"site", r.site}, {"kind", "new"}});
   auto fd = hop_->Connect(r.site, connect_ms);
   if (!fd.ok()) {
     *why = std::string(fd.status().message());
     return false;
   }
-  link->tls.emplace(link->io, hop_->ctx());
+  link->tls = std::make_unique<ReplicaHop::Tls>(hop_->io(), hop_->ctx());
   link->tls->next_layer().assign(ProtocolOf(*fd), *fd);
   link->fd = *fd;
   arm_(*fd, timeout);
@@ -190,6 +206,13 @@ bool ServiceProxy::Open(const Replica& r, std::chrono::milliseconds timeout, Lin
     return false;
   }
   return true;
+}
+
+void ServiceProxy::KeepLink(const Replica& r, Link& link, bool left_open, const Call& call, bool done) {
+  if (link.tls == nullptr || !left_open || !call.answered || !done) return;
+  disarm_(link.fd);  // before another request may take and arm it
+  link.fd = -1;
+  hop_->Keep(r.site, std::move(link.tls));
 }
 
 bool ServiceProxy::ToReplica(Call& call, Head&& head, const ServiceRoute& route, const std::string& path,
@@ -206,11 +229,12 @@ bool ServiceProxy::ToReplica(Call& call, Head&& head, const ServiceRoute& route,
   std::set<std::string> tried;
   std::string failed_site;  // of the last replica that failed this request
   // The next replica a connection opens to; null (with why) when none is left.
+  bool reuse = true;  // until a pooled connection turns out closed
   auto next = [&](std::unique_ptr<Link>* link, std::string* why) -> std::shared_ptr<Replica> {
     while (auto r = Pick(route, tried, site_, failed_site)) {
       tried.insert(r->job_id);
       *link = std::make_unique<Link>();
-      if (Open(*r, timeout, link->get(), why)) return r;
+      if (Open(*r, timeout, reuse, link->get(), why)) return r;
       spdlog::warn("service {}: replica {}: {}", route.name, r->job_id, *why);
       services_->Failed(r);  // it never saw the request: try the next one
       failed_site = r->site;
@@ -228,10 +252,12 @@ bool ServiceProxy::ToReplica(Call& call, Head&& head, const ServiceRoute& route,
       req.target(StrCat("/v1/services/", route.name, path));
       req.set(kTenantHeader, route.tenant);
       req.set(ReplicaHop::kReplicaHeader, r.job_id);
+      req.keep_alive(true);  // the connection goes back to the pool
     } else {
       req.target(path);
       req.erase(kTenantHeader);
       req.erase(ReplicaHop::kReplicaHeader);
+      req.keep_alive(false);
     }
   };
   auto unreached = [](const Link& link, const http::response_parser<http::buffer_body>& rp) {
@@ -256,7 +282,7 @@ bool ServiceProxy::ToReplica(Call& call, Head&& head, const ServiceRoute& route,
       std::unique_ptr<Link> link;
       auto r = next(&link, &why);
       if (!r) break;
-      const Disarmed disarmed{disarm_, link->fd};
+      Disarmed disarmed{disarm_, link->fd};
       InFlight in_flight(r);
       call.site = r->site;
       address(req, *link, *r);
@@ -276,8 +302,24 @@ bool ServiceProxy::ToReplica(Call& call, Head&& head, const ServiceRoute& route,
         failed_site = r->site;
         continue;
       }
-      if (!ec) return link->With([&](auto& up) { return Answer(metrics_, call, up, ubuf, rp); });
+      if (!ec) {
+        const bool left_open = LeftOpen(rp);
+        const bool keep = link->With([&](auto& up) { return Answer(metrics_, call, up, ubuf, rp); });
+        disarmed.Now();
+        KeepLink(*r, *link, left_open, call, rp.is_done());
+        return keep;
+      }
       const bool timed_out = Clock::now() - call.start >= timeout;
+      if (link->reused && !timed_out) {
+        // The other gateway closed the pooled connection first: the replica
+        // never had the request. Once more on a new connection.
+        spdlog::info("service {}: a kept connection to {}'s gateway was closed: {}", route.name, r->site,
+                     ec.message());
+        tried.erase(r->job_id);
+        reuse = false;
+        ec = {};
+        continue;
+      }
       why = StrCat("replica ", r->job_id, " at ", r->addr, ":", r->port, link->tls ? " (through its site's gateway)" : "",
                    ": ", timed_out ? "no answer within request_timeout" : ec.message());
       spdlog::warn("service {}: {}", route.name, why);
@@ -297,10 +339,11 @@ bool ServiceProxy::ToReplica(Call& call, Head&& head, const ServiceRoute& route,
   PrepareUpstream(p.get(), path, client_ip);
   std::string why;
   std::unique_ptr<Link> link;
+  reuse = false;  // a body sent cannot be sent again
   auto r = next(&link, &why);
   call.keep = false;  // an error mid-body leaves the client's stream unusable
   if (!r) return Fail(call, 503, why, 1);
-  const Disarmed disarmed{disarm_, link->fd};
+  Disarmed disarmed{disarm_, link->fd};
   InFlight in_flight(r);
   call.site = r->site;
   address(p.get(), *link, *r);
@@ -322,7 +365,11 @@ bool ServiceProxy::ToReplica(Call& call, Head&& head, const ServiceRoute& route,
                 StrCat("replica ", r->job_id, ": ", ec ? ec.message() : "not reached through its site's gateway"));
   }
   call.keep = client_keep;
-  return link->With([&](auto& up) { return Answer(metrics_, call, up, ubuf, rp); });
+  const bool left_open = LeftOpen(rp);
+  const bool keep = link->With([&](auto& up) { return Answer(metrics_, call, up, ubuf, rp); });
+  disarmed.Now();
+  KeepLink(*r, *link, left_open, call, rp.is_done());
+  return keep;
 }
 
 }  // namespace fedgate::gateway

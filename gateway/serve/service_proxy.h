@@ -89,7 +89,11 @@ class ServiceProxy {
                  const std::string& client_ip);
   // A connection to replica `r`, straight or through its site's gateway,
   // its deadline armed: false (with why) when none opens.
-  bool Open(const struct Replica& r, std::chrono::milliseconds timeout, Link* link, std::string* why);
+  // `reuse`: an idle pooled connection to its site's gateway will do.
+  bool Open(const struct Replica& r, std::chrono::milliseconds timeout, bool reuse, Link* link,
+            std::string* why);
+  // A hop's connection back to the pool once its answer ended whole.
+  void KeepLink(const Replica& r, Link& link, bool left_open, const Call& call, bool done);
   // service_proxy_hops.cc: to the gateway that coordinates the service.
   bool ToCoordinator(Call& call, Head&& head, const std::string& tenant, const std::string& client_ip,
                      const std::string& site);

@@ -25,6 +25,7 @@ struct ServiceProxy::Call {
   bool head_request = false;
   bool keep = false;
   bool unreached = false;  // a failure answered before the replica saw the request
+  bool answered = false;   // an answer was relayed whole
 };
 
 namespace proxy_parts {
@@ -57,6 +58,7 @@ bool Answer(Metrics* metrics, ServiceProxy::Call& call, Up& up, boost::beast::fl
   if (!bodyless && !rp.chunked() && !rp.content_length()) res.chunked(true);  // ends at EOF upstream
   res.keep_alive(call.keep);
   boost::beast::error_code ec = Relay(call.down, up, ubuf, rp);
+  call.answered = !ec;
   metrics->Inc("fedgate_service_requests_total",
                {{"service", call.service}, {"site", call.site}, {"code", std::to_string(code)}});
   metrics->Observe("fedgate_service_request_duration_seconds", {{"service", call.service}},
@@ -72,8 +74,18 @@ bool Answer(Metrics* metrics, ServiceProxy::Call& call, Up& up, boost::beast::fl
 struct Disarmed {
   ServiceProxy::Disarm& disarm;
   int fd;
-  ~Disarmed() { disarm(fd); }
+  void Now() {
+    if (fd >= 0) disarm(fd);
+    fd = -1;
+  }
+  ~Disarmed() { Now(); }
 };
+
+// Whether the other gateway left a hop's connection open after an answer
+// (read before Answer rewrites the header for the client).
+inline bool LeftOpen(const http::response_parser<http::buffer_body>& rp) {
+  return rp.get().keep_alive() && (rp.chunked() || rp.content_length().has_value());
+}
 
 // An answer's parser: no size limit (answers stream through), no body
 // after a HEAD.

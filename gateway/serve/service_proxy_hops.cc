@@ -64,7 +64,8 @@ bool ServiceProxy::ToLocalReplica(Call& call, Head&& head, const std::string& fr
                                   const std::string& tenant, const std::string& job_id,
                                   const std::string& path, const std::string& client_ip) {
   call.site = site_;
-  call.keep = false;      // the coordinator sends one request per connection
+  const bool coordinator_keep = call.keep;  // it pools its connections to this gateway
+  call.keep = false;      // until the answer is whole
   call.unreached = true;  // until the replica has the request
   if (!local_) return Fail(call, 404, "this gateway relays no requests to replicas");
   auto where = local_(from, tenant, job_id);
@@ -94,6 +95,7 @@ bool ServiceProxy::ToLocalReplica(Call& call, Head&& head, const std::string& fr
   ExpectAnswer(rp, call.head_request);
   http::read_header(up, ubuf, rp, ec);
   if (ec) return Fail(call, 502, StrCat("replica ", job_id, ": ", ec.message()));
+  call.keep = coordinator_keep;
   return Answer(metrics_, call, up, ubuf, rp);
 }
 

@@ -405,6 +405,16 @@ TEST_F(ServicesHopTest, AReplicaOnAnotherSiteIsReachedThroughItsSitesGateway) {
   EXPECT_GE(Metric(fed_.ops_port("cn-shanghai"),
                    R"(fedgate_service_requests_total{service="chat",site="cn-shanghai",code="200"})"),
             3);
+  // The connection to shanghai's gateway is kept between requests.
+  const int ops = fed_.ops_port("cn-beijing");
+  const std::string reused = R"(fedgate_service_hop_connections_total{site="cn-shanghai",kind="reused"})";
+  const std::string opened = R"(fedgate_service_hop_connections_total{site="cn-shanghai",kind="new"})";
+  const double reused_before = Metric(ops, reused), opened_before = Metric(ops, opened);
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(Curl("alice", "POST", "/v1/services/chat/predict", {"--data-binary", "x"}).code, 200);
+  }
+  EXPECT_GE(Metric(ops, reused) - reused_before, 8);
+  EXPECT_LE(Metric(ops, opened) - opened_before, 2);
   const auto replicas = LiveReplicas(id);
   ASSERT_EQ(replicas.size(), 1u);
   // Only the replica's coordinator may call it through shanghai's gateway;
