@@ -8,6 +8,7 @@
 
 #include "base/number.h"
 #include "base/str_cat.h"
+#include "federation/mig.h"
 #include "gateway/kube/kube_objects.h"
 
 namespace fedgate::gateway {
@@ -216,9 +217,21 @@ std::vector<federation::Node> KubeCluster::InventoryNodes() const {
     n.address = k.address;
     n.gpu_model = k.model;
     n.gpus = k.gpus;
+    if (!k.mig_profile.empty()) {
+      n.gpu_memory_gib = federation::MigProfileMemoryGib(k.mig_profile);
+      n.labels["fedgate.io/mig-parent"] = k.kube_name;
+    }
     out.push_back(std::move(n));
   }
   return out;
+}
+
+std::pair<std::string, std::string> KubeCluster::KubeNodeOf(const std::string& offered) const {
+  std::lock_guard lock(mu_);
+  for (const auto& k : nodes_) {
+    if (k.name == offered) return {k.kube_name, k.resource};
+  }
+  return {offered, kube::kGpuResource};
 }
 
 std::string KubeCluster::NamespaceFor(const std::string& tenant) const {
@@ -297,10 +310,11 @@ absl::StatusOr<uint64_t> KubeCluster::ReserveHold(const std::string& name,
   absl::Status failed;
   std::vector<std::string> pods;
   size_t i = 0;
-  for (const auto& [node, n] : gpus) {
+  for (const auto& [offered, n] : gpus) {
     const std::string pod = names.Pod(i);
+    const auto [node, resource] = KubeNodeOf(offered);
     auto made = kube::JsonOf(
-        client_->Call("POST", base + "/pods", kube::ToJson(kube::HoldPod(h, node, i, n, uid))),
+        client_->Call("POST", base + "/pods", kube::ToJson(kube::HoldPod(h, node, i, n, uid, resource))),
         StrCat("kubernetes: creating pod ", h.namespace_, "/", pod, " on node ", node));
     ++i;
     if (!made.ok()) {

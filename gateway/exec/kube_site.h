@@ -37,7 +37,7 @@ class KubeCluster {
                                                               const std::string& site);
 
   // A slice's hold made real (kube_objects.h): its ConfigMap, and a pod per
-  // node bound there with `gpus` GPU containers, each admitted by its
+  // node bound there with `gpus` GPU (or MIG slice) containers, each admitted by its
   // kubelet within `admit_timeout`. On any refusal (quota: 403, the
   // kubelet: OutOfnvidia.com/gpu, the API: an error) what was created is
   // deleted and the refusal returned. `name` is fedgate-<job>-<attempt>.
@@ -72,6 +72,10 @@ class KubeCluster {
   std::vector<kube::KubeNode> nodes() const;
   std::string last_error() const;  // "" when the last refresh worked
   std::vector<federation::Node> InventoryNodes() const;
+  // An offered node's API node name and the resource its pods ask for
+  // (a MIG profile's offer is "<node>-mig-<profile>"); a name not offered
+  // is taken as the API's own, with whole GPUs.
+  std::pair<std::string, std::string> KubeNodeOf(const std::string& offered) const;
   const KubernetesConfig& config() const { return config_; }
   kube::KubeClient* client() { return client_.get(); }
 

@@ -177,7 +177,8 @@ class KubeBackend final : public SiteBackend {
       if (k == "CUDA_VISIBLE_DEVICES") v = "0";
     }
     for (auto& kv : cluster_->AttachEnv()) env->push_back(std::move(kv));
-    std::vector<std::string> argv = {attach_, "--hold", kube::HoldId(a->second.first), "--node", node,
+    std::vector<std::string> argv = {attach_, "--hold", kube::HoldId(a->second.first), "--node",
+                                     cluster_->KubeNodeOf(node).first,
                                      "--container", "rank-" + local, "--"};
     argv.insert(argv.end(), command.begin(), command.end());
     return argv;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/str_cat.h"
+#include "federation/mig.h"
 
 namespace fedgate::gateway::kube {
 namespace {
@@ -50,25 +51,14 @@ bool MatchesSelector(const Json& obj, const std::map<std::string, std::string>& 
 std::vector<KubeNode> GpuNodes(const Json& node_list, const Json& pod_list,
                                const std::map<std::string, std::string>& selector,
                                const std::string& model_label) {
-  std::map<std::string, uint64_t> requested;
-  if (const auto* pods = Items(Find(pod_list, {"items"}))) {
-    for (const auto& p : *pods) {
-      const std::string node = FindString(p, {"spec", "nodeName"});
-      if (node.empty() || !PodHolds(p)) continue;
-      requested[node] += PodRequest(p);
-    }
-  }
   std::vector<KubeNode> out;
   const auto* nodes = Items(Find(node_list, {"items"}));
   if (!nodes) return out;
   for (const auto& n : *nodes) {
     if (!MatchesSelector(n, selector)) continue;
     KubeNode k;
-    k.name = FindString(n, {"metadata", "name"});
-    auto gpus = QuantityCount(Find(n, {"status", "allocatable", kGpuResource}));
-    if (k.name.empty() || !gpus || *gpus == 0) continue;
-    k.gpus = static_cast<uint32_t>(std::min<int64_t>(*gpus, UINT32_MAX));
-    k.requested = static_cast<uint32_t>(std::min<uint64_t>(requested[k.name], UINT32_MAX));
+    k.kube_name = k.name = FindString(n, {"metadata", "name"});
+    if (k.name.empty()) continue;
     k.model = FindString(n, {"metadata", "labels", model_label});
     if (k.model.empty()) k.model = "GPU";
     if (const auto* addrs = Items(Find(n, {"status", "addresses"}))) {
@@ -88,7 +78,42 @@ std::vector<KubeNode> GpuNodes(const Json& node_list, const Json& pod_list,
     const bool cordoned = cordon && cordon->kind_case() == Json::kBoolValue && cordon->bool_value();
     k.usable = ready && !cordoned;
     k.why_not = !ready ? "NotReady" : cordoned ? "cordoned" : "";
-    out.push_back(std::move(k));
+    // One offer per GPU resource the node has: whole GPUs, each MIG profile.
+    const Json* alloc = Find(n, {"status", "allocatable"});
+    if (alloc == nullptr || !alloc->has_struct_value()) continue;
+    for (const auto& [resource, quantity] : alloc->struct_value().fields()) {
+      KubeNode r = k;
+      r.resource = resource;
+      if (resource != kGpuResource) {
+        if (resource.rfind(kMigResourcePrefix, 0) != 0) continue;
+        r.mig_profile = resource.substr(std::string(kMigResourcePrefix).size());
+        if (!federation::IsMigProfile(r.mig_profile)) continue;
+        std::string suffix = r.mig_profile;
+        for (char& c : suffix) c = c == '.' ? '-' : c;
+        r.name = StrCat(k.name, "-mig-", suffix);
+        r.model = federation::MigModel(k.model, r.mig_profile);
+      }
+      auto count = QuantityCount(&quantity);
+      if (!count || *count <= 0) continue;
+      r.gpus = static_cast<uint32_t>(std::min<int64_t>(*count, UINT32_MAX));
+      out.push_back(std::move(r));
+    }
+  }
+  // What the pods bound to each node request of each offered resource.
+  std::map<std::string, std::vector<size_t>> offers;  // by the API's node name
+  for (size_t i = 0; i < out.size(); ++i) offers[out[i].kube_name].push_back(i);
+  if (const auto* pods = Items(Find(pod_list, {"items"}))) {
+    for (const auto& p : *pods) {
+      const std::string node = FindString(p, {"spec", "nodeName"});
+      if (node.empty() || !PodHolds(p)) continue;
+      auto it = offers.find(node);
+      if (it == offers.end()) continue;
+      for (size_t i : it->second) {
+        auto& k = out[i];
+        k.requested = static_cast<uint32_t>(
+            std::min<uint64_t>(uint64_t{k.requested} + PodRequest(p, k.resource), UINT32_MAX));
+      }
+    }
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   return out;

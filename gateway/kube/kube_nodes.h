@@ -1,7 +1,10 @@
 // What a Kubernetes site can offer, from the API's node and pod lists:
 // GPUs = a node's allocatable nvidia.com/gpu minus what every
 // non-terminated pod bound to it requests, in any namespace, so GPUs the
-// cluster's own users hold are never offered. Pure: no I/O.
+// cluster's own users hold are never offered. MIG slices the device plugin
+// exposes (nvidia.com/mig-<profile>, its "mixed" strategy) are offered the
+// same way, each profile of a node as a node of its own (as the static
+// inventory's mig: makes them, docs/services.md). Pure: no I/O.
 #pragma once
 
 #include <cstdint>
@@ -14,12 +17,16 @@
 namespace fedgate::gateway::kube {
 
 inline constexpr const char* kGpuResource = "nvidia.com/gpu";
+inline constexpr const char* kMigResourcePrefix = "nvidia.com/mig-";
 
 struct KubeNode {
-  std::string name;
+  std::string name;       // as offered: the API's name, "<name>-mig-<profile>" for slices
+  std::string kube_name;  // the API's node name
+  std::string resource = kGpuResource;  // what a pod asks for: nvidia.com/gpu or nvidia.com/mig-…
+  std::string mig_profile;              // "" for whole GPUs
   std::string address;  // InternalIP, else the first address
-  std::string model;    // from the model label; "GPU" when unlabelled
-  uint32_t gpus = 0;       // allocatable
+  std::string model;    // from the model label ("GPU" when unlabelled); "<model> MIG <profile>"
+  uint32_t gpus = 0;       // allocatable (slices, for a MIG profile)
   uint32_t requested = 0;  // by non-terminated pods bound to it (anyone's)
   bool usable = true;      // Ready and schedulable
   std::string why_not;     // why not usable: "NotReady", "cordoned"

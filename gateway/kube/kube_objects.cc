@@ -76,7 +76,7 @@ Json SliceConfigMap(const HoldSpec& h) {
 }
 
 Json HoldPod(const HoldSpec& h, const std::string& node, size_t i, uint32_t gpus,
-             const std::string& owner_uid) {
+             const std::string& owner_uid, const std::string& resource) {
   const HoldNames names = NamesOf(h.id);
   Json p = Obj();
   *Mutable(&p, {"apiVersion"}) = Str("v1");
@@ -139,8 +139,8 @@ Json HoldPod(const HoldSpec& h, const std::string& node, size_t i, uint32_t gpus
     for (const auto& v : RankVariables()) *Append(env) = FromAnnotation(v, RankAnnotation(c, v));
     *Append(env) = FromAnnotation("FEDGATE_RANK_EXPORTS", RankAnnotation(c, "env"));
     *Append(env) = FromAnnotation("FEDGATE_COMMAND", kCommand);
-    *Mutable(&ctr, {"resources", "limits", kGpuResource}) = Str("1");
-    *Mutable(&ctr, {"resources", "requests", kGpuResource}) = Str("1");
+    *Mutable(&ctr, {"resources", "limits", resource}) = Str("1");
+    *Mutable(&ctr, {"resources", "requests", resource}) = Str("1");
     Restricted(&ctr);
     *Append(Mutable(spec, {"containers"})) = ctr;
   }

@@ -56,9 +56,10 @@ struct HoldSpec {
 
 Json SliceConfigMap(const HoldSpec& h);
 // The pod of `node` (index `i` in the hold's node order) with `gpus` rank
-// containers, owned by the ConfigMap `owner_uid`.
+// containers, each limited to one of `resource` (nvidia.com/gpu, or a MIG
+// profile's nvidia.com/mig-…), owned by the ConfigMap `owner_uid`.
 Json HoldPod(const HoldSpec& h, const std::string& node, size_t i, uint32_t gpus,
-             const std::string& owner_uid);
+             const std::string& owner_uid, const std::string& resource = "nvidia.com/gpu");
 
 // The commit of one rank: its variables, its other exports and the job's
 // command, as annotations (a merge patch's metadata.annotations).

@@ -130,6 +130,36 @@ TEST(KubeNodes, NotReadyCordonedAndUnselectedNodesAreNotOffered) {
   EXPECT_EQ(SelectorText({{"a", "1"}, {"b", "2"}}), "a=1,b=2");
 }
 
+// The device plugin's mixed strategy: whole GPUs and MIG slices of each
+// profile are separate resources, each its own offer.
+TEST(KubeNodes, EachMigProfileIsAnOfferOfItsOwnLessWhatPodsHoldOfIt) {
+  Json n = Node("m1", 1);
+  *Mutable(&n, {"status", "allocatable", "nvidia.com/mig-1g.10gb"}) = Str("7");
+  *Mutable(&n, {"status", "allocatable", "nvidia.com/mig-3g.40gb"}) = Str("0");
+  *Mutable(&n, {"status", "allocatable", "nvidia.com/mig-bogus"}) = Str("2");
+  *Mutable(&n, {"status", "allocatable", "cpu"}) = Str("64");
+  Json slices = Obj();
+  *Mutable(&slices, {"spec", "nodeName"}) = Str("m1");
+  *Mutable(&slices, {"status", "phase"}) = Str("Running");
+  Json c = Obj();
+  *Mutable(&c, {"resources", "limits", "nvidia.com/mig-1g.10gb"}) = Str("2");
+  *Append(Mutable(&slices, {"spec", "containers"})) = c;
+  const auto out = GpuNodes(ListOf({n}), ListOf({slices, Pod("m1", "Running", 0)}), {}, "nvidia.com/gpu.product");
+  ASSERT_EQ(out.size(), 2u);  // no offer of 0 slices, none of a name that is no profile
+  EXPECT_EQ(out[0].name, "m1");
+  EXPECT_EQ(out[0].resource, kGpuResource);
+  EXPECT_EQ(out[0].gpus, 1u);
+  EXPECT_EQ(out[0].requested, 0u);  // slices held are not whole GPUs held
+  EXPECT_EQ(out[1].name, "m1-mig-1g-10gb");
+  EXPECT_EQ(out[1].kube_name, "m1");
+  EXPECT_EQ(out[1].resource, "nvidia.com/mig-1g.10gb");
+  EXPECT_EQ(out[1].mig_profile, "1g.10gb");
+  EXPECT_EQ(out[1].model, "NVIDIA-A100-SXM4-80GB MIG 1g.10gb");
+  EXPECT_EQ(out[1].gpus, 7u);
+  EXPECT_EQ(out[1].requested, 2u);
+  EXPECT_EQ(out[1].address, "10.0.0.7");
+}
+
 TEST(KubeObjects, AHoldPodIsBoundWithOneGpuContainerPerRankAndRestricted) {
   HoldSpec h;
   h.id = 0xabcdef123456;

@@ -263,6 +263,35 @@ TEST_F(KubeFederationTest, AKubernetesSiteAdvertisesWhatItsClusterHasFree) {
   EXPECT_EQ(Metric(fed_.ops_port("site-k"), "fedgate_kubernetes_api_up"), 1);
 }
 
+// A job asking for a MIG slice runs on a Kubernetes site's partitioned node
+// as a pod that asks the device plugin for one slice of that profile.
+TEST_F(KubeFederationTest, AMigJobRunsAsAPodAskingForOneSlice) {
+  StartApi();
+  auto node = api_client_->Call("POST", "/api/v1/nodes", R"({"metadata":{"name":"kn-m","labels":{"fedgate.io/pool":"true",
+      "nvidia.com/gpu.product":"NVIDIA-A100-SXM4-80GB"}},
+      "status":{"allocatable":{"nvidia.com/mig-1g.10gb":"7"},
+      "addresses":[{"type":"InternalIP","address":"127.0.0.1"}],"conditions":[{"type":"Ready","status":"True"}]}})");
+  ASSERT_TRUE(node.ok() && node->status == 201);
+  AddSite("site-a", {"site-k"}, 1);
+  AddKubeSite("site-k", "fed-token", {"site-a"});
+  fed_.StartAll();
+  ASSERT_TRUE(Eventually([&] { return Free("site-a", "site-k") == 14; }, 15000))  // 7 GPUs + 7 slices
+      << Free("site-a", "site-k") << fed_.log("site-k");
+  const std::string id = Submit("site-a", "name: mig\nmig: 1g.10gb\ncommand: [sh, -c, 'echo slice $CUDA_VISIBLE_DEVICES; sleep 3']\n");
+  ASSERT_TRUE(WaitState("site-a", id, v1::Job::RUNNING, 30000)) << Get("site-a", id).reason() << fed_.log("site-k");
+  const auto pods = Pods(id);
+  ASSERT_EQ(pods.size(), 1u) << PodStates(id);
+  EXPECT_EQ(gateway::kube::FindString(pods[0], {"spec", "nodeName"}), "kn-m");
+  const auto* ctr = &gateway::kube::Find(pods[0], {"spec", "containers"})->list_value().values(0);
+  EXPECT_EQ(gateway::kube::FindString(*ctr, {"resources", "limits", "nvidia.com/mig-1g.10gb"}), "1");
+  EXPECT_EQ(gateway::kube::Find(*ctr, {"resources", "limits", "nvidia.com/gpu"}), nullptr);
+  ASSERT_TRUE(WaitState("site-a", id, v1::Job::SUCCEEDED, 30000)) << Get("site-a", id).reason();
+  EXPECT_EQ(Get("site-a", id).run().sites(0).site(), "site-k");
+  auto log = RunCommand({FedctlBin(), "--gateway", fed_.endpoint("site-a"), "--tls-dir", tmp_ / "alice",
+                         "jobs", "logs", id, "--rank", "0"});
+  EXPECT_NE(log.out.find("slice 0"), std::string::npos) << log.out << log.err;
+}
+
 // One federation for the rest, in order: a 10-GPU job stitched across the
 // process site (3) and the Kubernetes site (7) as one world; then kill -9 of
 // the Kubernetes site's gateway mid-job; then cancel.
@@ -463,6 +492,74 @@ TEST(KubeHold, AForeignPodCannotTakeHeldGpusAndARefusedHoldLeavesNothing) {
   EXPECT_EQ(left("fedgate-jobs", "configmaps"), 1);
   ASSERT_TRUE(k.ReleaseHold(*again).ok());
   EXPECT_EQ(left("fedgate-jobs", "configmaps"), 0);
+}
+
+
+// A node partitioned by the device plugin (MIG, mixed strategy): its slices
+// are offered as "<node>-mig-<profile>" under the MIG model, and a hold of
+// slices is a pod on that node whose containers each ask for one slice, so
+// the kubelet keeps others off the slices but not off the whole GPU.
+TEST(KubeHold, MigSlicesAreOfferedAndHeldAsTheirOwnResource) {
+  InProcessApi api;
+  auto& c = api.client;
+  auto node = c->Call("POST", "/api/v1/nodes", R"({"metadata":{"name":"kn-m","labels":{"fedgate.io/pool":"true",
+      "nvidia.com/gpu.product":"NVIDIA-A100-SXM4-80GB"}},
+      "status":{"allocatable":{"nvidia.com/gpu":"1","nvidia.com/mig-1g.10gb":"7"},
+      "addresses":[{"type":"InternalIP","address":"127.0.0.1"}],"conditions":[{"type":"Ready","status":"True"}]}})");
+  ASSERT_TRUE(node.ok() && node->status == 201);
+  gateway::KubernetesConfig cfg;
+  cfg.node_selector = {{"fedgate.io/pool", "true"}};
+  KubeCluster k(cfg, api.NewClient(), "site-k");
+  ASSERT_TRUE(k.Refresh().ok()) << k.last_error();
+  std::map<std::string, federation::Node> offered;
+  for (const auto& n : k.InventoryNodes()) offered[n.name] = n;
+  ASSERT_TRUE(offered.contains("kn-m-mig-1g-10gb")) << offered.size();
+  EXPECT_EQ(offered["kn-m-mig-1g-10gb"].gpus, 7u);
+  EXPECT_EQ(offered["kn-m-mig-1g-10gb"].gpu_model, "NVIDIA-A100-SXM4-80GB MIG 1g.10gb");
+  EXPECT_EQ(offered["kn-m-mig-1g-10gb"].gpu_memory_gib, 10u);
+  EXPECT_EQ(offered["kn-m"].gpus, 1u);
+  EXPECT_EQ(k.KubeNodeOf("kn-m-mig-1g-10gb").first, "kn-m");
+  EXPECT_EQ(k.KubeNodeOf("kn-m-mig-1g-10gb").second, "nvidia.com/mig-1g.10gb");
+
+  auto id = k.ReserveHold("fedgate-j-9-1", {{"kn-m-mig-1g-10gb", 7}}, "other", std::chrono::seconds(3));
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto pods = JsonOf(c->Call("GET", "/api/v1/pods?labelSelector=fedgate.io%2Fhold"), "pods");
+  ASSERT_TRUE(pods.ok());
+  const auto& items = gateway::kube::Find(*pods, {"items"})->list_value().values();
+  ASSERT_EQ(items.size(), 1);
+  EXPECT_EQ(gateway::kube::FindString(items[0], {"spec", "nodeName"}), "kn-m");
+  const auto& ctrs = gateway::kube::Find(items[0], {"spec", "containers"})->list_value().values();
+  ASSERT_EQ(ctrs.size(), 7);
+  for (const auto& ctr : ctrs) {
+    EXPECT_EQ(gateway::kube::FindString(ctr, {"resources", "limits", "nvidia.com/mig-1g.10gb"}), "1");
+    EXPECT_EQ(gateway::kube::Find(ctr, {"resources", "limits", "nvidia.com/gpu"}), nullptr);
+  }
+  const auto foreign = [&](const std::string& name, const std::string& resource) {
+    auto r = c->Call("POST", "/api/v1/namespaces/default/pods",
+                     R"({"metadata":{"name":")" + name + R"("},"spec":{"nodeName":"kn-m","containers":[
+                        {"name":"c","image":"i","command":["sleep","30"],
+                         "resources":{"limits":{")" + resource + R"(":"1"}}}]}})");
+    EXPECT_TRUE(r.ok() && r->status == 201);
+    std::string phase;
+    Eventually([&] {
+      auto p = JsonOf(c->Call("GET", "/api/v1/namespaces/default/pods/" + name), "pod");
+      phase = p.ok() ? gateway::kube::FindString(*p, {"status", "phase"}) : "";
+      return phase == "Failed" || phase == "Running";
+    }, 5000);
+    return phase;
+  };
+  EXPECT_EQ(foreign("wants-a-slice", "nvidia.com/mig-1g.10gb"), "Failed");
+  EXPECT_EQ(foreign("wants-the-whole-gpu", "nvidia.com/gpu"), "Running");
+  // The cluster's view follows: no slice free, the whole GPU taken.
+  ASSERT_TRUE(Eventually([&] {
+    if (!k.Refresh().ok()) return false;
+    for (const auto& n : k.nodes()) {
+      if (n.name == "kn-m" && n.requested != 1) return false;
+      if (n.name == "kn-m-mig-1g-10gb" && n.requested != 7) return false;
+    }
+    return true;
+  }, 5000, 200));
+  ASSERT_TRUE(k.ReleaseHold(*id).ok());
 }
 
 }  // namespace

@@ -79,19 +79,46 @@ void FakeKubelet::Start(const Key& pod) {
   threads_.emplace_back([this, pod] { Run(pod); });
 }
 
+namespace {
+
+// The device plugins' resources (nvidia.com/gpu, nvidia.com/mig-…) a pod
+// asks for, and how many of each.
+std::map<std::string, uint64_t> DeviceRequests(const Json& pod) {
+  std::map<std::string, uint64_t> out;
+  for (const char* f : {"initContainers", "containers"}) {
+    const Json* cs = Find(pod, {"spec", f});
+    if (cs == nullptr || !cs->has_list_value()) continue;
+    for (const auto& c : cs->list_value().values()) {
+      for (const char* kind : {"requests", "limits"}) {
+        const Json* r = Find(c, {"resources", kind});
+        if (r == nullptr || !r->has_struct_value()) continue;
+        for (const auto& [name, q] : r->struct_value().fields()) {
+          if (name.rfind("nvidia.com/", 0) == 0) out[name] = 0;
+        }
+      }
+    }
+  }
+  for (auto& [name, want] : out) want = PodRequest(pod, name);
+  return out;
+}
+
+}  // namespace
+
 std::string FakeKubelet::Admit(const Key& pod, const Json& obj) {
   const std::string node = FindString(obj, {"spec", "nodeName"});
   auto n = store_->Get(Key{"nodes", "", node});
   if (!n) return StrCat("NodeNotFound: node \"", node, "\" does not exist");
-  const auto cap = QuantityCount(Find(*n, {"status", "allocatable", kGpuResource})).value_or(0);
-  const uint64_t want = PodRequest(obj);
+  const auto wants = DeviceRequests(obj);
   std::lock_guard lock(mu_);
-  const uint64_t used = node_used_[node];
-  if (want > 0 && used + want > static_cast<uint64_t>(cap)) {
-    return StrCat("OutOfnvidia.com/gpu: Node didn't have enough resource: nvidia.com/gpu, requested: ",
-                  want, ", used: ", used, ", capacity: ", cap);
+  for (const auto& [resource, want] : wants) {
+    const auto cap = QuantityCount(Find(*n, {"status", "allocatable", resource})).value_or(0);
+    const uint64_t used = node_used_[{node, resource}];
+    if (want > 0 && used + want > static_cast<uint64_t>(cap)) {
+      return StrCat("OutOf", resource, ": Node didn't have enough resource: ", resource, ", requested: ",
+                    want, ", used: ", used, ", capacity: ", cap);
+    }
   }
-  node_used_[node] += want;
+  for (const auto& [resource, want] : wants) node_used_[{node, resource}] += want;
   (void)pod;
   return "";
 }
@@ -242,7 +269,7 @@ pid_t FakeKubelet::Spawn(const Key& pod, const Json& c, const std::string& log) 
 void FakeKubelet::Run(Key pod) {
   auto obj = store_->Get(pod);
   if (!obj) return;
-  const uint64_t want = PodRequest(*obj);
+  const auto wants = DeviceRequests(*obj);
   const std::string node = FindString(*obj, {"spec", "nodeName"});
   std::map<std::string, std::string> images;
   for (const char* f : {"initContainers", "containers"}) {
@@ -359,7 +386,10 @@ void FakeKubelet::Run(Key pod) {
   {
     std::lock_guard lock(mu_);
     pids_.erase(pod);
-    node_used_[node] -= std::min(node_used_[node], want);
+    for (const auto& [resource, want] : wants) {
+      auto& used = node_used_[{node, resource}];
+      used -= std::min(used, want);
+    }
     running_.erase(pod);
   }
   set_status([&](Json* s) { *Mutable(s, {"phase"}) = Str(failed ? "Failed" : "Succeeded"); });

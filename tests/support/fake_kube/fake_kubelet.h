@@ -52,7 +52,8 @@ class FakeKubelet {
   uid_t uid_;
   gid_t gid_;
   mutable std::mutex mu_;
-  std::map<std::string, uint64_t> node_used_;            // node -> GPUs of admitted pods
+  // (node, nvidia.com/… resource) -> what admitted pods hold of it.
+  std::map<std::pair<std::string, std::string>, uint64_t> node_used_;
   std::map<Key, std::vector<pid_t>> pids_;                // running processes per pod
   std::map<Key, int64_t> stopping_;                       // pods being deleted -> grace
   std::set<Key> running_;
