@@ -2,8 +2,9 @@
 
 Each user POSTs /v1/services/$SERVICE/predict with the tenant's client
 certificate (FEDGATE_TLS_DIR: ca.pem, cert.pem, key.pem) on a keep-alive
-connection, waiting 0.3-0.7 s between requests (about 2 requests a second
-per user). Run by bench/serve_load.sh.
+connection, waiting USER_WAIT seconds between requests ("0.3,0.7" unless
+set: about 2 requests a second per user; less saturates the replicas). Run
+by bench/serve_load.sh.
 """
 import os
 
@@ -11,10 +12,11 @@ from locust import HttpUser, between, task
 
 TLS = os.environ.get("FEDGATE_TLS_DIR", "")
 SERVICE = os.environ.get("SERVICE", "chat")
+WAIT = [float(x) for x in os.environ.get("USER_WAIT", "0.3,0.7").split(",")]
 
 
 class Client(HttpUser):
-    wait_time = between(0.3, 0.7)
+    wait_time = between(WAIT[0], WAIT[-1])
 
     def on_start(self):
         self.client.cert = (os.path.join(TLS, "cert.pem"), os.path.join(TLS, "key.pem"))
