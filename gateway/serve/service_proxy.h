@@ -94,6 +94,10 @@ class ServiceProxy {
             std::string* why);
   // A hop's connection back to the pool once its answer ended whole.
   void KeepLink(const Replica& r, Link& link, bool left_open, const Call& call, bool done);
+  // service_proxy_hops.cc: streams the request whose header `p` holds to
+  // `up`, then its answer back; `to` names the other end in errors.
+  template <class Up, class Parser>
+  bool Exchange(Call& call, Up& up, Parser& p, const std::string& to, bool keep);
   // service_proxy_hops.cc: to the gateway that coordinates the service.
   bool ToCoordinator(Call& call, Head&& head, const std::string& tenant, const std::string& client_ip,
                      const std::string& site);

@@ -20,6 +20,19 @@ namespace http = beast::http;
 using tcp = asio::ip::tcp;
 using namespace proxy_parts;  // NOLINT: the proxy's own parts
 
+template <class Up, class Parser>
+bool ServiceProxy::Exchange(Call& call, Up& up, Parser& p, const std::string& to, bool keep) {
+  beast::error_code ec = Relay(up, call.down, call.buf, p);
+  if (ec) return Fail(call, 502, StrCat("sending the request to ", to, ": ", ec.message()));
+  beast::flat_buffer ubuf;
+  http::response_parser<http::buffer_body> rp;
+  ExpectAnswer(rp, call.head_request);
+  http::read_header(up, ubuf, rp, ec);
+  if (ec) return Fail(call, 502, StrCat(to, ": ", ec.message()));
+  call.keep = keep;
+  return Answer(metrics_, call, up, ubuf, rp);
+}
+
 bool ServiceProxy::ToCoordinator(Call& call, Head&& head, const std::string& tenant,
                                  const std::string& client_ip, const std::string& site) {
   call.site = site;
@@ -49,15 +62,7 @@ bool ServiceProxy::ToCoordinator(Call& call, Head&& head, const std::string& ten
   p.get().set(kTenantHeader, tenant);
   AddForwardedFor(p.get(), client_ip);
   p.get().keep_alive(false);
-  ec = Relay(up, call.down, call.buf, p);
-  if (ec) return Fail(call, 502, StrCat("relaying to the service's coordinator ", site, ": ", ec.message()));
-  beast::flat_buffer ubuf;
-  http::response_parser<http::buffer_body> rp;
-  ExpectAnswer(rp, call.head_request);
-  http::read_header(up, ubuf, rp, ec);
-  if (ec) return Fail(call, 502, StrCat("the service's coordinator ", site, ": ", ec.message()));
-  call.keep = client_keep;
-  return Answer(metrics_, call, up, ubuf, rp);
+  return Exchange(call, up, p, StrCat("the service's coordinator ", site), client_keep);
 }
 
 bool ServiceProxy::ToLocalReplica(Call& call, Head&& head, const std::string& from,
@@ -88,15 +93,7 @@ bool ServiceProxy::ToLocalReplica(Call& call, Head&& head, const std::string& fr
   http::request_parser<http::buffer_body> p(std::move(head));
   p.body_limit(std::numeric_limits<std::uint64_t>::max());  // the coordinator applied max_body
   PrepareUpstream(p.get(), path, client_ip);
-  beast::error_code ec = Relay(up, call.down, call.buf, p);
-  if (ec) return Fail(call, 502, StrCat("sending the request to replica ", job_id, ": ", ec.message()));
-  beast::flat_buffer ubuf;
-  http::response_parser<http::buffer_body> rp;
-  ExpectAnswer(rp, call.head_request);
-  http::read_header(up, ubuf, rp, ec);
-  if (ec) return Fail(call, 502, StrCat("replica ", job_id, ": ", ec.message()));
-  call.keep = coordinator_keep;
-  return Answer(metrics_, call, up, ubuf, rp);
+  return Exchange(call, up, p, StrCat("replica ", job_id), coordinator_keep);
 }
 
 }  // namespace fedgate::gateway

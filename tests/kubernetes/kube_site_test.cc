@@ -429,6 +429,24 @@ TEST_F(KubeFederationTest, JobsRunAsPodsAcrossSitesSurviveAGatewayRestartAndCanc
 // The hold the cluster respects: from Prepare on, the held GPUs are the
 // hold's pods', so a pod created on the node before the commit is refused by
 // the kubelet; a quota refusal leaves nothing behind and says why.
+// A pod of the cluster's own users on `node` asking for one of `resource`:
+// its phase once its kubelet decided (Failed: refused; Running: admitted).
+std::string ForeignPod(KubeClient& c, const std::string& name, const std::string& node,
+                       const std::string& resource) {
+  auto r = c.Call("POST", "/api/v1/namespaces/default/pods",
+                  R"({"metadata":{"name":")" + name + R"("},"spec":{"nodeName":")" + node + R"(","containers":[
+                      {"name":"c","image":"i","command":["sleep","30"],
+                       "resources":{"limits":{")" + resource + R"(":"1"}}}]}})");
+  EXPECT_TRUE(r.ok() && r->status == 201);
+  std::string phase;
+  Eventually([&] {
+    auto p = JsonOf(c.Call("GET", "/api/v1/namespaces/default/pods/" + name), "pod");
+    phase = p.ok() ? gateway::kube::FindString(*p, {"status", "phase"}) : "";
+    return phase == "Failed" || phase == "Running";
+  }, 5000);
+  return phase;
+}
+
 TEST(KubeHold, AForeignPodCannotTakeHeldGpusAndARefusedHoldLeavesNothing) {
   InProcessApi api;
   auto& c = api.client;
@@ -437,20 +455,7 @@ TEST(KubeHold, AForeignPodCannotTakeHeldGpusAndARefusedHoldLeavesNothing) {
   KubeCluster k(cfg, api.NewClient(), "site-k");
   auto id = k.ReserveHold("fedgate-j-1-1", {{"kn-1", 4}}, "other", std::chrono::seconds(3));
   ASSERT_TRUE(id.ok()) << id.status();
-  const auto foreign = [&](const std::string& name) {
-    auto r = c->Call("POST", "/api/v1/namespaces/default/pods",
-                     R"({"metadata":{"name":")" + name + R"("},"spec":{"nodeName":"kn-1","containers":[
-                        {"name":"c","image":"i","command":["sleep","30"],
-                         "resources":{"limits":{"nvidia.com/gpu":"1"}}}]}})");
-    EXPECT_TRUE(r.ok() && r->status == 201);
-    std::string phase;
-    Eventually([&] {
-      auto p = JsonOf(c->Call("GET", "/api/v1/namespaces/default/pods/" + name), "pod");
-      phase = p.ok() ? gateway::kube::FindString(*p, {"status", "phase"}) : "";
-      return phase == "Failed" || phase == "Running";
-    }, 5000);
-    return phase;
-  };
+  const auto foreign = [&](const std::string& name) { return ForeignPod(*c, name, "kn-1", "nvidia.com/gpu"); };
   EXPECT_EQ(foreign("between-prepare-and-commit"), "Failed");
   ASSERT_TRUE(k.ReleaseHold(*id).ok());
   EXPECT_TRUE(Eventually([&] {
@@ -535,18 +540,7 @@ TEST(KubeHold, MigSlicesAreOfferedAndHeldAsTheirOwnResource) {
     EXPECT_EQ(gateway::kube::Find(ctr, {"resources", "limits", "nvidia.com/gpu"}), nullptr);
   }
   const auto foreign = [&](const std::string& name, const std::string& resource) {
-    auto r = c->Call("POST", "/api/v1/namespaces/default/pods",
-                     R"({"metadata":{"name":")" + name + R"("},"spec":{"nodeName":"kn-m","containers":[
-                        {"name":"c","image":"i","command":["sleep","30"],
-                         "resources":{"limits":{")" + resource + R"(":"1"}}}]}})");
-    EXPECT_TRUE(r.ok() && r->status == 201);
-    std::string phase;
-    Eventually([&] {
-      auto p = JsonOf(c->Call("GET", "/api/v1/namespaces/default/pods/" + name), "pod");
-      phase = p.ok() ? gateway::kube::FindString(*p, {"status", "phase"}) : "";
-      return phase == "Failed" || phase == "Running";
-    }, 5000);
-    return phase;
+    return ForeignPod(*c, name, "kn-m", resource);
   };
   EXPECT_EQ(foreign("wants-a-slice", "nvidia.com/mig-1g.10gb"), "Failed");
   EXPECT_EQ(foreign("wants-the-whole-gpu", "nvidia.com/gpu"), "Running");
