@@ -24,7 +24,7 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
 
-// `site`'s gateway's REST endpoint, resolved: nullopt (with why) if unknown.
+// `site`'s gateway's REST endpoint, resolved; UNAVAILABLE (saying why) if unknown.
 absl::StatusOr<tcp::endpoint> Endpoint(GatewayCore* core, const std::string& site) {
   const std::string at = core->SiteHttpEndpoint(site);
   if (at.empty()) return absl::UnavailableError(StrCat("site ", site, " advertises no REST endpoint"));
