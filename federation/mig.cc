@@ -2,6 +2,8 @@
 
 #include <cctype>
 #include <cstdio>
+#include <iterator>
+#include <optional>
 
 #include "base/str_cat.h"
 
@@ -116,6 +118,46 @@ absl::StatusOr<std::vector<Node>> ExpandMig(const std::string& site, const Node&
   }
   if (whole.gpus > 0) out.push_back(std::move(whole));
   for (auto& [profile, n] : by_profile) out.push_back(std::move(n));
+  return out;
+}
+
+absl::StatusOr<std::map<uint32_t, std::vector<MigSlice>>> ParseNvidiaSmiList(std::string_view text) {
+  std::map<uint32_t, std::vector<MigSlice>> out;
+  std::optional<uint32_t> gpu;
+  size_t line_no = 0;
+  while (!text.empty()) {
+    const size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
+    ++line_no;
+    while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
+    const auto bad = [&](std::string_view why) {
+      return absl::InvalidArgumentError(StrCat("nvidia-smi -L line ", line_no, " (\"",
+                                               line.substr(0, 80), "\"): ", why));
+    };
+    if (line.rfind("GPU ", 0) == 0) {
+      size_t i = 4;
+      const auto index = Digits(line, &i);
+      if (index.empty() || index.size() > 4 || line.substr(i, 1) != ":") return bad("no GPU index");
+      gpu = static_cast<uint32_t>(std::stoul(std::string(index)));
+      out[*gpu];  // a GPU without MIG devices is listed too
+      continue;
+    }
+    if (line.rfind("MIG ", 0) != 0) continue;
+    if (!gpu) return bad("a MIG device before any GPU");
+    std::string_view rest = line.substr(4);
+    const std::string profile(rest.substr(0, rest.find_first_of(" \t")));
+    if (!IsMigProfile(profile)) return bad(StrCat("\"", profile.substr(0, 20), "\" is not a MIG profile fedgate knows"));
+    const size_t at = line.find("(UUID: ");
+    const size_t end = at == std::string_view::npos ? at : line.find(')', at);
+    if (end == std::string_view::npos) return bad("no (UUID: …)");
+    std::string uuid(line.substr(at + 7, end - at - 7));
+    if (uuid.rfind("MIG-", 0) != 0 || uuid.size() > 80) return bad("the UUID does not start with MIG-");
+    out[*gpu].push_back({profile, std::move(uuid), false});
+  }
+  // GPUs without MIG devices stay whole.
+  for (auto it = out.begin(); it != out.end();) it = it->second.empty() ? out.erase(it) : std::next(it);
   return out;
 }
 

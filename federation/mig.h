@@ -38,4 +38,12 @@ std::string DerivedMigUuid(std::string_view site, std::string_view node, uint32_
 absl::StatusOr<std::vector<Node>> ExpandMig(const std::string& site, const Node& node,
                                             std::map<uint32_t, std::vector<MigSlice>> mig);
 
+// The MIG devices `nvidia-smi -L` lists, by GPU index, with their real
+// UUIDs: lines "GPU <i>: <name> (UUID: GPU-…)" each followed by its
+// "  MIG <profile> Device <n>: (UUID: MIG-…)" lines (older drivers name a
+// device "MIG-GPU-…/<gi>/<ci>"). Other lines are ignored. INVALID_ARGUMENT
+// naming the line for a MIG line before any GPU, one it cannot read, or a
+// profile fedgate does not know (e.g. "+me" variants).
+absl::StatusOr<std::map<uint32_t, std::vector<MigSlice>>> ParseNvidiaSmiList(std::string_view text);
+
 }  // namespace fedgate::federation

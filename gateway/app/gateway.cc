@@ -101,6 +101,7 @@ absl::Status Gateway::OpenStoreAndCore() {
   auto store = Store::Open(config_.data_dir);
   if (!store.ok()) return store.status();
   store_ = std::move(*store);
+  if (auto st = DiscoverMig(); !st.ok()) return st;
   auto inventory = OpenInventory();
   if (!inventory.ok()) return inventory.status();
   core_ = std::make_unique<GatewayCore>(config_, clock_.get(), store_.get(), std::move(*inventory),

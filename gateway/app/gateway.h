@@ -66,6 +66,10 @@ class Gateway {
   absl::Status OpenStoreAndCore();
   // static, slurm or kubernetes (gateway_sites.cc); a kubeconfig that cannot
   // be used is an error, a resource manager that does not answer is not.
+  // gateway_sites.cc: the node whose MIG slices nvidia-smi lists (mig:
+  // nvidia-smi) split into them, with the devices' real UUIDs, before
+  // anything reads the nodes. FEDGATE_NVIDIA_SMI names the program.
+  absl::Status DiscoverMig();
   absl::StatusOr<std::unique_ptr<federation::InventorySource>> OpenInventory();
   void DescribeKubeMetrics();
   absl::Status StartParticipantSide();

@@ -2,12 +2,55 @@
 // server) and what the Kubernetes one adds to /metrics.
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
+
+#include "base/str_cat.h"
+#include "federation/mig.h"
 #include "gateway/app/gateway.h"
 #include "gateway/exec/kube_site.h"
+#include "gateway/exec/run_command.h"
 #include "gateway/exec/slurm.h"
 #include "gateway/ops/metrics.h"
 
 namespace fedgate::gateway {
+
+absl::Status Gateway::DiscoverMig() {
+  const std::string& name = config_.inventory.mig_from_nvidia_smi;
+  if (name.empty()) return absl::OkStatus();
+  const char* env = std::getenv("FEDGATE_NVIDIA_SMI");
+  const std::string program = env != nullptr && *env != '\0' ? env : "nvidia-smi";
+  const std::string what = StrCat("node ", name, " (mig: nvidia-smi): ");
+  auto listed = RunCommand({program, "-L"}, 15000);
+  if (!listed.ok()) {
+    return absl::FailedPreconditionError(StrCat(what, "cannot run ", program, " -L: ", listed.status().message()));
+  }
+  if (listed->exit_code != 0) {
+    return absl::FailedPreconditionError(StrCat(what, program, " -L exited ", listed->exit_code, ": ",
+                                                listed->err.substr(0, listed->err.find('\n'))));
+  }
+  auto slices = federation::ParseNvidiaSmiList(listed->out);
+  if (!slices.ok()) return absl::InvalidArgumentError(StrCat(what, slices.status().message()));
+  std::vector<federation::Node> nodes;
+  for (auto& n : config_.nodes) {
+    if (n.name != name || slices->empty()) {
+      if (n.name == name) spdlog::info("{}nvidia-smi lists no MIG device: its {} GPUs stay whole", what, n.gpus);
+      nodes.push_back(std::move(n));
+      continue;
+    }
+    auto split = federation::ExpandMig(config_.site, n, *slices);
+    if (!split.ok()) {
+      return absl::InvalidArgumentError(StrCat(what, "the MIG devices nvidia-smi lists: ", split.status().message()));
+    }
+    for (auto& e : *split) {
+      spdlog::info("{}{} {} of model {} as {} (nvidia-smi -L)", what, e.gpus,
+                   federation::MigProfileOf(e.gpu_model).empty() ? "whole GPU(s)" : "slice(s)", e.gpu_model,
+                   e.name);
+      nodes.push_back(std::move(e));
+    }
+  }
+  config_.nodes = std::move(nodes);
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<federation::InventorySource>> Gateway::OpenInventory() {
   if (config_.inventory.source == "slurm") {

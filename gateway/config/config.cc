@@ -73,7 +73,9 @@ federation::Node ParseNode(const YamlWalker& w, const YAML::Node& n, const std::
 std::map<uint32_t, std::vector<federation::MigSlice>> ParseMig(const YamlWalker& w, const YAML::Node& n,
                                                               const std::string& path) {
   std::map<uint32_t, std::vector<federation::MigSlice>> out;
-  if (!n.IsMap()) w.Fail(n, StrCat("\"", path, "\" must map GPU indices to lists of MIG profiles"));
+  if (!n.IsMap()) {
+    w.Fail(n, StrCat("\"", path, "\" must map GPU indices to lists of MIG profiles, or be nvidia-smi"));
+  }
   for (auto it = n.begin(); it != n.end(); ++it) {
     const std::string gpu_path = StrCat(path, ".", it->first.as<std::string>());
     const int64_t gpu = w.Scalar<int64_t>(it->first, gpu_path, "a GPU index");

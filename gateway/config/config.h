@@ -40,6 +40,9 @@ struct TlsConfig {
 
 struct InventoryConfig {
   std::string source = "static";  // or "slurm", "kubernetes"
+  // The node (this host) whose MIG slices `nvidia-smi -L` lists (`mig:
+  // nvidia-smi`): split at start (Gateway::DiscoverMig); "" = none.
+  std::string mig_from_nvidia_smi;
 };
 
 struct AdvertiseConfig {

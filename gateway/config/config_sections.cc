@@ -111,7 +111,14 @@ void ParseInventory(const YAML::Node& root, [[maybe_unused]] const std::string& 
     const std::string path = StrCat("inventory.nodes[", i, "]");
     auto node = ParseNode(w, n, path);
     std::vector<federation::Node> expanded{node};
-    if (n["mig"]) {  // partitioned GPUs: one node per profile besides the whole GPUs
+    if (n["mig"] && n["mig"].IsScalar() && n["mig"].Scalar() == "nvidia-smi") {
+      // The slices this host's driver lists, read at start.
+      if (!c.inventory.mig_from_nvidia_smi.empty()) {
+        w.Fail(n["mig"], StrCat("\"", path, ".mig\": only one node, this host, can take its MIG slices from "
+                                "nvidia-smi (", c.inventory.mig_from_nvidia_smi, " already does)"));
+      }
+      c.inventory.mig_from_nvidia_smi = node.name;
+    } else if (n["mig"]) {  // partitioned GPUs: one node per profile besides the whole GPUs
       auto split = federation::ExpandMig(c.site, node, ParseMig(w, n["mig"], path + ".mig"));
       if (!split.ok()) w.Fail(n["mig"], StrCat("\"", path, ".mig\": ", split.status().message()));
       expanded = std::move(*split);

@@ -96,6 +96,56 @@ TEST(Mig, TheInventoryMapParsesAndBadEntriesAreNamed) {
   EXPECT_NE(std::string(bad.status().message()).find("inventory.nodes[0].mig"), std::string::npos)
       << bad.status();
   EXPECT_NE(std::string(bad.status().message()).find("not a MIG profile"), std::string::npos);
+  // mig: nvidia-smi: the node stays whole until the gateway reads the driver's list at start;
+  // only one node (this host) may say so.
+  auto found = gateway::ParseConfig(
+      head + "    - {name: bj-1, address: 127.0.0.1, gpu_model: A100-80GB, gpus: 2, mig: nvidia-smi}\n",
+      dir.path(), "fedgate.yaml");
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(found->inventory.mig_from_nvidia_smi, "bj-1");
+  ASSERT_EQ(found->nodes.size(), 1u);
+  EXPECT_EQ(found->nodes[0].gpus, 2u);
+  auto two = gateway::ParseConfig(
+      head + "    - {name: bj-1, address: 127.0.0.1, gpu_model: A100-80GB, gpus: 2, mig: nvidia-smi}\n"
+             "    - {name: bj-2, address: 127.0.0.2, gpu_model: A100-80GB, gpus: 2, mig: nvidia-smi}\n",
+      dir.path(), "fedgate.yaml");
+  ASSERT_FALSE(two.ok());
+  EXPECT_NE(std::string(two.status().message()).find("only one node"), std::string::npos) << two.status();
+}
+
+// nvidia-smi -L as drivers print it: R470 and later, and R450's device names.
+TEST(Mig, NvidiaSmiListGivesEachGpusSlicesWithTheirRealUuids) {
+  const char* listed =
+      "GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-5c8b0c64-0c2b-4e4b-3a4f-7f1e9b1a2c3d)\n"
+      "  MIG 3g.40gb     Device  0: (UUID: MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f)\n"
+      "  MIG 1g.10gb     Device  1: (UUID: MIG-cba663e8-9bed-5b25-b243-5985ef7c9beb)\n"
+      "GPU 1: NVIDIA A100-SXM4-80GB (UUID: GPU-0d5f2a71-8f0a-4c1e-9b77-0a1b2c3d4e5f)\n"
+      "GPU 2: NVIDIA A100-SXM4-40GB (UUID: GPU-11111111-2222-3333-4444-555555555555)\r\n"
+      "  MIG 1g.5gb Device 0: (UUID: MIG-GPU-11111111-2222-3333-4444-555555555555/7/0)\r\n";
+  auto mig = federation::ParseNvidiaSmiList(listed);
+  ASSERT_TRUE(mig.ok()) << mig.status();
+  ASSERT_EQ(mig->size(), 2u) << "GPU 1 has no MIG device: it stays whole";
+  ASSERT_EQ((*mig)[0].size(), 2u);
+  EXPECT_EQ((*mig)[0][0].profile, "3g.40gb");
+  EXPECT_EQ((*mig)[0][0].uuid, "MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f");
+  EXPECT_EQ((*mig)[0][1].profile, "1g.10gb");
+  EXPECT_EQ((*mig)[2][0].uuid, "MIG-GPU-11111111-2222-3333-4444-555555555555/7/0");
+  // Without MIG (an H100 as it comes): nothing to split.
+  auto whole = federation::ParseNvidiaSmiList("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-abc)\n");
+  ASSERT_TRUE(whole.ok());
+  EXPECT_TRUE(whole->empty());
+  // What cannot be read is named, with its line.
+  for (const auto& [text, why] : std::vector<std::pair<std::string, std::string>>{
+           {"  MIG 1g.10gb Device 0: (UUID: MIG-x)\n", "before any GPU"},
+           {"GPU 0: A (UUID: GPU-a)\n  MIG 1g.10gb+me Device 0: (UUID: MIG-x)\n", "not a MIG profile"},
+           {"GPU 0: A (UUID: GPU-a)\n  MIG 1g.10gb Device 0: (UUID: GPU-x)\n", "MIG-"},
+           {"GPU 0: A (UUID: GPU-a)\n  MIG 1g.10gb Device 0:\n", "no (UUID"},
+           {"GPU x: A\n", "no GPU index"}}) {
+    auto bad = federation::ParseNvidiaSmiList(text);
+    ASSERT_FALSE(bad.ok()) << text;
+    EXPECT_NE(std::string(bad.status().message()).find(why), std::string::npos) << bad.status();
+    EXPECT_NE(std::string(bad.status().message()).find("nvidia-smi -L line "), std::string::npos);
+  }
 }
 
 TEST(Mig, SlicesGoOnlyToJobsAskingForTheirProfile) {
