@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <optional>
-#include <random>
 #include <set>
 
 #include "base/str_cat.h"
@@ -13,6 +12,7 @@
 #include "gateway/ops/metrics.h"
 #include "gateway/serve/http_relay.h"
 #include "gateway/serve/replica_hop.h"
+#include "gateway/serve/replica_pick.h"
 #include "gateway/serve/service_controller.h"
 #include "gateway/serve/service_proxy_call.h"
 #include "gateway/serve/service_target.h"
@@ -26,31 +26,6 @@ namespace http = beast::http;
 using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 using namespace proxy_parts;  // NOLINT: the proxy's own parts
-
-// The ready replica with the fewest requests in flight, this site's first
-// on a tie, then any of the equals at random (so an idle service spreads
-// its requests); null when none is ready (or all were tried). After a
-// failure, replicas on the failed one's site come last: a site that goes
-// takes all its replicas at once.
-std::shared_ptr<Replica> Pick(const ServiceRoute& route, const std::set<std::string>& tried,
-                              const std::string& site, const std::string& shun_site = "") {
-  std::vector<std::shared_ptr<Replica>> best;
-  auto key = [&](const Replica& r) {
-    return std::tuple(!shun_site.empty() && r.site == shun_site ? 1 : 0, r.outstanding.load(),
-                      r.site == site ? 0 : 1);
-  };
-  for (const auto& r : route.replicas) {
-    if (!r->ready || tried.contains(r->job_id)) continue;
-    if (best.empty() || key(*r) < key(*best[0])) {
-      best.assign(1, r);
-    } else if (key(*r) == key(*best[0])) {
-      best.push_back(r);
-    }
-  }
-  if (best.empty()) return nullptr;
-  thread_local std::minstd_rand rng(std::random_device{}());
-  return best[std::uniform_int_distribution<size_t>(0, best.size() - 1)(rng)];
-}
 
 struct InFlight {
   explicit InFlight(std::shared_ptr<Replica> r) : r(std::move(r)) { ++this->r->outstanding; }
@@ -96,6 +71,25 @@ ServiceProxy::ServiceProxy(ServiceController* services, GatewayCore* core, Metri
 }
 
 ServiceProxy::~ServiceProxy() = default;
+
+std::map<std::string, double> ServiceProxy::LinkGbps() {
+  {
+    std::lock_guard lock(links_mu_);
+    if (core_ == nullptr || Clock::now() - links_at_ < kLinksFor) return gbps_;
+  }
+  std::map<std::string, double> fresh;  // the slower direction when both are measured
+  const v1::ListLinksResponse listed = core_->ListLinks();
+  for (const auto& l : listed.links()) {
+    const std::string other = l.from() == site_ ? l.to() : l.to() == site_ ? l.from() : "";
+    if (other.empty() || l.gbps() <= 0) continue;
+    auto [it, added] = fresh.emplace(other, l.gbps());
+    if (!added) it->second = std::min(it->second, l.gbps());
+  }
+  std::lock_guard lock(links_mu_);
+  gbps_ = fresh;
+  links_at_ = Clock::now();
+  return fresh;
+}
 
 bool ServiceProxy::Refuse(Downstream& down, beast::flat_buffer& buf, const std::string& service,
                           int status, const std::string& message, bool challenge) {
@@ -231,7 +225,8 @@ bool ServiceProxy::ToReplica(Call& call, Head&& head, const ServiceRoute& route,
   // The next replica a connection opens to; null (with why) when none is left.
   bool reuse = true;  // until a pooled connection turns out closed
   auto next = [&](std::unique_ptr<Link>* link, std::string* why) -> std::shared_ptr<Replica> {
-    while (auto r = Pick(route, tried, site_, failed_site)) {
+    const auto gbps = LinkGbps();
+    while (auto r = PickReplica(route.replicas, tried, site_, gbps, failed_site)) {
       tried.insert(r->job_id);
       *link = std::make_unique<Link>();
       if (Open(*r, timeout, reuse, link->get(), why)) return r;

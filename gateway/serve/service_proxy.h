@@ -1,6 +1,7 @@
 // The proxy behind /v1/services/<name>/<path> on the REST port: picks the
-// ready replica with the fewest requests in flight (this site's first on a
-// tie), relays the request and streams the answer back (docs/services.md).
+// ready replica with the fewest requests in flight (ties: this site's, then
+// the best measured link; replica_pick.h), relays the request and streams
+// the answer back (docs/services.md).
 // A replica on this site is called straight; one on another site through
 // that site's gateway (ReplicaHop), which relays it on to the replica.
 // A replica that refuses or resets is taken out of rotation at once and the
@@ -16,7 +17,9 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -115,6 +118,13 @@ class ServiceProxy {
   Disarm disarm_;
   std::unique_ptr<ReplicaHop> hop_;  // to other gateways; unusable without core or TLS files
   LocalReplicas local_;
+  // Measured link speed (Gbit/s) between this site and others, for ties:
+  // read from the core at most every kLinksFor.
+  std::map<std::string, double> LinkGbps();
+  static constexpr std::chrono::seconds kLinksFor{5};
+  std::mutex links_mu_;
+  std::map<std::string, double> gbps_;
+  std::chrono::steady_clock::time_point links_at_;
 };
 
 }  // namespace fedgate::gateway
