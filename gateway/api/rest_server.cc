@@ -36,6 +36,7 @@
 #include "gateway/api/rest_routes.h"
 #include "gateway/api/rest_bearer.h"
 #include "gateway/api/rest_tls.h"
+#include "gateway/api/rest_proxy.h"
 #include "gateway/api/socket_deadlines.h"
 #include "gateway/serve/service_controller.h"
 #include "gateway/serve/service_proxy.h"
@@ -389,21 +390,7 @@ absl::StatusOr<std::unique_ptr<RestServer>> RestServer::Open(const Config& confi
   im.core = core;
   im.participant = participant;
   im.metrics = metrics;
-  if (services != nullptr) {
-    im.proxy = std::make_unique<ServiceProxy>(
-        services, core, metrics, config,
-        [d = &im.deadlines](int fd, std::chrono::milliseconds in) { d->Arm(fd, in); },
-        [d = &im.deadlines](int fd) { d->Disarm(fd); });
-    if (participant != nullptr) {  // coordinators' requests for this site's replicas
-      im.proxy->SetLocalReplicas([participant](const std::string& from, const std::string& tenant,
-                                               const std::string& job)
-                                     -> absl::StatusOr<std::pair<std::string, uint32_t>> {
-        auto r = participant->ServiceReplica(from, tenant, job);
-        if (!r.ok()) return r.status();
-        return std::pair(r->addr, r->port);
-      });
-    }
-  }
+  if (services != nullptr) im.proxy = MakeRestProxy(config, services, core, metrics, participant, &im.deadlines);
   boost::system::error_code ec;
   im.crl = std::make_unique<RevocationList>(config.tls.crl);
   im.tls_stamp = im.TlsStamp();

@@ -299,26 +299,7 @@ absl::Status Gateway::MakeJobs() {
           return GatherUsage(core, client, since, until, tenant);
         },
         config_.pricing);
-    services_ = std::make_unique<ServiceController>(job_store_.get(), job_manager_.get(),
-                                                    clock_.get(), metrics_.get(), config_.site);
-    job_manager_->SetServiceStatus([s = services_.get()](const std::string& id, v1::Service* out) {
-      s->Describe(id, out);
-    });
-    core_->SetServicesFn([s = services_.get()] { return s->Advertised(); });
-    // A replica on another site is probed by its own site's gateway.
-    hop_ = std::make_unique<ReplicaHop>(core_.get(), config_);
-    services_->SetProber([hop = hop_.get(), site = config_.site](const Replica& r, const std::string& path,
-                                                                 int64_t timeout_ms) {
-      if (r.site == site || !hop->usable()) return ProbeHttp(r.addr, r.port, path, timeout_ms);
-      return hop->Probe(r, path, timeout_ms);
-    });
-    tokens_ = std::make_unique<ServiceTokens>(store_.get());
-    job_manager_->SetTokenIssuer([t = tokens_.get()](const std::string& id, bool revoke)
-                                     -> absl::StatusOr<std::string> {
-      if (!revoke) return t->Issue(id);
-      if (auto st = t->Revoke(id); !st.ok()) return st;
-      return std::string();
-    });
+    MakeServiceControl();
     DescribeJobMetrics(metrics_.get());
     WireJobMetrics(metrics_.get(), job_store_.get(), coordinator_.get(), clock_.get());
   }

@@ -76,6 +76,8 @@ class Gateway {
   absl::Status StartOps();
   absl::Status MakeServices();
   absl::Status MakeJobs();
+  // gateway_services.cc: the service controller, its prober and tokens.
+  void MakeServiceControl();
   absl::Status ServeGrpc();
   absl::Status ServeRest();
   absl::Status StartLoops();
