@@ -11,6 +11,7 @@
 
 #include "gateway/ops/metrics.h"
 #include "gateway/serve/http_relay.h"
+#include "gateway/serve/replica_hop.h"
 #include "gateway/serve/service_proxy.h"
 
 namespace fedgate::gateway {
@@ -40,7 +41,7 @@ template <class Message>
 void PrepareUpstream(Message& m, const std::string& path, const std::string& client_ip) {
   StripHopByHop(m);
   m.erase(ServiceProxy::kTenantHeader);
-  m.erase("Fedgate-Replica");
+  m.erase(ReplicaHop::kReplicaHeader);
   m.target(path);
   AddForwardedFor(m, client_ip);
   m.keep_alive(false);  // one connection per request to a replica
