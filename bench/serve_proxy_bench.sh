@@ -100,6 +100,9 @@ res = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{size_download} %
                      capture_output=True, text=True, check=True)
 secs = time.perf_counter() - t
 size, code = res.stdout.split()
+# A stream that failed or came back short is a failure, not a fast result.
+if code != "200" or int(size) != 1 << 30:
+    sys.exit(f"serve_proxy_bench: the 1 GiB stream failed: HTTP {code}, {size} bytes")
 after, peak = rss_kib(gw_pid), rss_kib(gw_pid, "VmHWM")
 growth_mib = (after - before) / 1024
 doc = {"requests": n,
