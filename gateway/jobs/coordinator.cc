@@ -80,6 +80,13 @@ std::vector<int> Coordinator::RemoteFirst(const std::vector<std::string>& sites)
 
 void Coordinator::UndoReservation(JobRecord job, const std::string& why) {
   StopRun(job, why);
+  // A first world that did not happen: back to the queued record its
+  // witnesses keep.
+  if (v1::RunPlan run; run.ParseFromString(job.run) && run.queued_members_size() > 0) {
+    job.run = QueuedPlanOf(run, {run.queued_members().begin(), run.queued_members().end()},
+                           core_->config().site)
+                  .SerializeAsString();
+  }
   job.attempt = job.attempt > 0 ? job.attempt - 1 : 0;
   job.state = JobState::kPending;
   job.reason = why;

@@ -87,6 +87,13 @@ class Coordinator {
   // members') go with its renewals until every site accepted them.
   // FAILED_PRECONDITION when the store has the job at that term already.
   absl::Status Adopt(JobRecord job, std::vector<v1::SignedGrant> grants);
+  // coordinator_queue.cc: a job's record before its first world. At
+  // submit, up to two peers are named witnesses of the queued record (none
+  // with takeovers off, for a service, or with fewer than two peers up);
+  // then they are sent it, and `then` runs once a majority of its members
+  // keep it or every witness answered (a submit is acknowledged after it).
+  void NameQueueWitnesses(JobRecord* job) const;
+  void TellQueueWitnesses(const JobRecord& job, std::function<void()> then);
   // Jobs taken over by this site, and handed over by it, since start.
   uint64_t takeovers() const { return takeovers_; }
   uint64_t stepped_down() const { return stepped_down_; }
@@ -126,6 +133,16 @@ class Coordinator {
       std::vector<v1::PrepareRequest>* reqs, int* quota_index);
   // The decision, durable, then phase two; true when every site committed.
   bool DecideAndCommit(JobRecord job, const v1::RunPlan& next);
+  // coordinator_queue.cc: the decided record sent to the new world's
+  // members and the queued record's before any commit; "" once a majority
+  // of each keeps it, else why not (then nothing is committed).
+  std::string RecordAtMajorities(const JobRecord& job, const v1::RunPlan& run,
+                                 const std::vector<std::string>& queued);
+  // The queued record a reservation that did not happen goes back to.
+  static v1::RunPlan QueuedPlanOf(const v1::RunPlan& next, const std::vector<std::string>& queued,
+                                  const std::string& self);
+  // The peers that may be named witnesses now (heard, not gone silent).
+  std::vector<std::string> UpPeers() const;
   // coordinator_stage.cc: what each site of `run` must stage, and the wait
   // for it ("" once every site has its datasets, else why not).
   struct StagePlan {
@@ -160,6 +177,14 @@ class Coordinator {
   // `local`, made after the remote ones are out).
   void AskRenewal(RenewWork* w, const std::set<std::string>& down, FanOut* fan,
                   std::vector<std::function<void()>>* local);
+  // The queued jobs of one renewal pass (PENDING before their first world,
+  // and reserving it): their members are renewed, and told the end.
+  void AskQueued(RenewWork* w, const std::set<std::string>& down, FanOut* fan);
+  bool QueueHeard(const std::string& job_id, int64_t now);
+  // What a pass's answers about queued jobs say: moved away, heard by a
+  // majority, the members to tell their end; `queued` gets those still here.
+  void NoteQueued(const std::vector<std::unique_ptr<RenewWork>>& work, int64_t sent, int64_t now,
+                  std::set<std::string>* queued);
   // coordinator_moved.cc: the grants of a job taken over, on a renewal to a
   // site that has not accepted them yet, and which sites did.
   void AttachGrants(const JobRecord& job, const std::string& site, v1::SliceStatusRequest* req);
@@ -279,6 +304,11 @@ class Coordinator {
   std::mutex grants_mu_;
   std::map<std::string, Grants> grants_ ABSL_GUARDED_BY(grants_mu_);  // by job id
   std::set<std::string> frozen_;  // jobs without a majority (renewal thread)
+  // Queued jobs: the record version each witness keeps (renewal thread),
+  // and when a majority last heard this coordinator (read by placement).
+  std::map<std::string, std::map<std::string, uint64_t>> queued_acked_;
+  std::mutex queue_mu_;
+  std::map<std::string, int64_t> queue_heard_ms_ ABSL_GUARDED_BY(queue_mu_);
   // Jobs seen running whose other members keep their record (witnesses;
   // slice sites where the job may be taken over), until each heard its end.
   struct Witnessed {

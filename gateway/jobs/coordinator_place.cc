@@ -12,6 +12,7 @@
 #include "federation/saturating.h"
 #include "federation/scheduler.h"
 #include "gateway/jobs/coordinator.h"
+#include "gateway/jobs/job_copy.h"
 #include "federation/service_spec.h"
 
 namespace fedgate::gateway {
@@ -76,6 +77,7 @@ void Coordinator::PlacePass() {
   std::map<std::string, JobRecord> pending;
   std::vector<federation::RunningJob> running;
   std::vector<JobRecord> replacing;
+  const int64_t pass_start = core_->clock()->NowMs();
   for (auto& j : *jobs) {
     // A service is never placed itself: the service controller keeps its
     // replicas, which are jobs, running.
@@ -89,6 +91,14 @@ void Coordinator::PlacePass() {
       if (IsStaging(j.id)) continue;
       UndoReservation(j, "reservation interrupted by a coordinator restart; will retry");
     } else if (j.state == JobState::kPending) {
+      // A queued record is placed only by a coordinator a majority of its
+      // members heard within the lease: one they may have voted out since
+      // (a restart, a cut) learns so at its next renewal pass instead.
+      if (v1::RunPlan queued; queued.ParseFromString(j.run) && QueuedRecord(queued) &&
+                              !QueueHeard(j.id, pass_start)) {
+        Wait(&j, "waiting for a majority of the job's members to hear its coordinator", pass_start);
+        continue;
+      }
       federation::SchedJob q{j.id, j.tenant, j.spec.gpus(), est_ms, j.spec.priority() == "spot",
                              j.created_at_unix_ms, {}};
       q.models.assign(j.spec.gpu_models().begin(), j.spec.gpu_models().end());

@@ -46,9 +46,22 @@ void Coordinator::RenewPass() {
   FanOut fan;
   std::vector<std::function<void()>> local;  // inline calls, after the remote ones are out
   const int64_t sent = core_->clock()->NowMs();
+  std::vector<std::unique_ptr<RenewWork>> queued_work;
   for (auto& j : *jobs) {
     // A service runs no slice of its own: its replicas are jobs.
-    if (j.state != JobState::kRunning || federation::IsService(j.spec)) continue;
+    if (federation::IsService(j.spec)) continue;
+    if (j.state == JobState::kPending || j.state == JobState::kReserving) {
+      auto w = std::make_unique<RenewWork>();
+      w->job = std::move(j);
+      w->run.ParseFromString(w->job.run);
+      const bool queued = w->job.state == JobState::kPending ? QueuedRecord(w->run)
+                                                             : w->run.queued_members_size() > 0;
+      if (!queued) continue;
+      AskQueued(w.get(), down, &fan);
+      queued_work.push_back(std::move(w));
+      continue;
+    }
+    if (j.state != JobState::kRunning) continue;
     auto w = std::make_unique<RenewWork>();
     w->job = std::move(j);
     w->run.ParseFromString(w->job.run);
@@ -80,11 +93,13 @@ void Coordinator::RenewPass() {
     if (!AdvanceMemberChange(w.get(), now)) continue;
     Judge(std::move(w->job), w->run, w->answers, now);
   }
+  std::set<std::string> active = running;  // queued ones are told nothing yet
+  NoteQueued(queued_work, sent, now, &active);
   std::erase_if(last_ok_, [&](const auto& e) { return !running.contains(e.first); });
   std::erase_if(copy_acked_, [&](const auto& e) { return !running.contains(e.first); });
   std::erase_if(contact_, [&](const auto& e) { return !running.contains(e.first); });
   std::erase_if(copy_asks_, [&](const auto& e) { return !running.contains(e.first); });
-  TellMembersTheEnd(running);
+  TellMembersTheEnd(active);
   ++renew_passes_;
 }
 

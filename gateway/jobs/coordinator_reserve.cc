@@ -142,17 +142,19 @@ v1::RunPlan Coordinator::VirtualCluster(const v1::PlanResponse& plan, const JobR
   // to spare.
   std::vector<std::string> vc_sites;
   for (const auto& s : next.sites()) vc_sites.push_back(s.site());
-  const auto down = core_->DownPeers();
-  std::vector<std::string> up;
-  for (const auto& p : core_->Peers()) {
-    if (p.last_heard_ms >= 0 && !down.contains(p.site)) up.push_back(p.site);
-  }
-  for (auto& w : federation::ChooseWitnesses(
-           job.id, federation::JobMembers(core_->config().site, vc_sites, {}), up)) {
+  const std::string& self = core_->config().site;
+  for (auto& w : federation::ChooseWitnesses(job.id, federation::JobMembers(self, vc_sites, {}),
+                                             UpPeers())) {
     next.add_witnesses(std::move(w));
   }
   next.set_takeover_after_ms(core_->config().jobs.takeover_after_ms);
   next.set_takeover_stagger_ms(core_->config().jobs.takeover_stagger_ms);
+  // The queued record's members keep it until they are told this world.
+  if (QueuedRecord(previous)) {
+    for (const auto& m : MembersOf(previous, self)) {
+      if (m != self) next.add_queued_members(m);
+    }
+  }
   return next;
 }
 
@@ -254,10 +256,13 @@ std::vector<absl::StatusOr<v1::PrepareResponse>> Coordinator::PrepareAll(
   return answers;
 }
 
-bool Coordinator::DecideAndCommit(JobRecord job, const v1::RunPlan& next) {
+bool Coordinator::DecideAndCommit(JobRecord job, const v1::RunPlan& reserved) {
   // The decision, durable before any commit. Losing the compare-and-set
   // means the job was cancelled while the sites prepared: release the holds
   // and start nothing.
+  v1::RunPlan next = reserved;
+  const std::vector<std::string> queued(next.queued_members().begin(), next.queued_members().end());
+  next.clear_queued_members();
   job.state = JobState::kRunning;
   job.reason = StrCat("running on ", next.sites_size(), " site(s), attempt ", job.attempt,
                       next.borrowed() ? " (borrowed quota: preemptible)" : "");
@@ -279,6 +284,21 @@ bool Coordinator::DecideAndCommit(JobRecord job, const v1::RunPlan& next) {
   spdlog::info("job {} attempt {}: committed on {} site(s), master {}:{}", job.id, job.attempt,
                next.sites_size(), next.master_addr(), next.master_port());
   CrashPoint("coordinator-after-decision");
+  // A record its members do not hold would die with this gateway while
+  // ranks run: it goes to a majority of them (and of the queued record's)
+  // before any site starts a rank.
+  if (auto why = RecordAtMajorities(job, next, queued); !why.empty()) {
+    if (on_reservation_end_) on_reservation_end_(false);
+    StopRun(job, why);
+    job.state = JobState::kPending;
+    job.attempt = job.attempt > 0 ? job.attempt - 1 : 0;
+    job.reason = StrCat(why, "; will retry");
+    if (!queued.empty()) job.run = QueuedPlanOf(next, queued, core_->config().site).SerializeAsString();
+    job.updated_at_unix_ms = core_->clock()->NowMs();
+    job.new_events.push_back(StoryEvent(job.updated_at_unix_ms, "reservation_failed", "", why));
+    if (Save(&job)) spdlog::warn("job {}: {}", job.id, why);
+    return false;
+  }
   std::vector<int> all(next.sites_size());
   for (int i = 0; i < next.sites_size(); ++i) all[i] = i;
   const auto commit_start = std::chrono::steady_clock::now();

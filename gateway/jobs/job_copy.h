@@ -37,6 +37,11 @@ absl::StatusOr<v1::Job> CheckCopy(const v1::JobCopy& copy, const std::string& jo
 
 // The members of the job whose world is `run`: coordinator, sites, witnesses.
 std::vector<std::string> MembersOf(const v1::RunPlan& run, const std::string& coordinator);
+// A queued record: a job before its first world, kept by witnesses named
+// at submit (no sites yet).
+inline bool QueuedRecord(const v1::RunPlan& run) {
+  return run.sites_size() == 0 && run.witnesses_size() > 0;
+}
 
 // Who may take the job over, in order (empty = nobody): only where the
 // coordinator allowed takeovers (run.takeover_after_ms) and at least three

@@ -130,7 +130,8 @@ void JobManager::SubmitUnchecked(const Identity& caller, const v1::SubmitJobRequ
   r.created_at_unix_ms = r.updated_at_unix_ms = core_->clock()->NowMs();
   r.new_events.push_back(StoryEvent(r.created_at_unix_ms, "submitted", core_->config().site,
                                     StrCat("by ", caller.ToUri(), "; ", r.reason)));
-  auto reply = [this, done](absl::StatusOr<SubmitOutcome> out) {
+  if (coordinator_ != nullptr) coordinator_->NameQueueWitnesses(&r);
+  auto answer = [this, done](absl::StatusOr<SubmitOutcome> out) {
     if (!out.ok()) {
       done(out.status());
       return;
@@ -143,6 +144,16 @@ void JobManager::SubmitUnchecked(const Identity& caller, const v1::SubmitJobRequ
     *resp.mutable_job() = ToProto(out->job, false);
     resp.set_created(out->created);
     done(std::move(resp));
+  };
+  // A new job is acknowledged once the witnesses of its queued record keep
+  // it (a majority of its members), or every one of them answered.
+  auto reply = [this, answer](absl::StatusOr<SubmitOutcome> out) {
+    if (!out.ok() || !out->created || coordinator_ == nullptr) {
+      answer(std::move(out));
+      return;
+    }
+    auto kept = std::make_shared<SubmitOutcome>(*std::move(out));
+    coordinator_->TellQueueWitnesses(kept->job, [answer, kept] { answer(std::move(*kept)); });
   };
   if (store_ == nullptr) {
     {

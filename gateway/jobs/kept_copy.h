@@ -30,6 +30,9 @@ struct KeptCopy {
   // slice here, until the coordinator says the job left RUNNING or it
   // has heard no coordinator for kFinishedSliceKeepMs.
   bool witness = false;
+  // A queued record (the job before its first world, QueuedRecord): a
+  // newer record that no longer names this site a member ends it here.
+  bool queued = false;
   // The record's attempt: a slice of an earlier one ended before the
   // coordinator placed this one, so its end was seen.
   uint32_t attempt = 0;

@@ -23,6 +23,7 @@ Participant::KeptCopy KeptOf(const v1::Job& job, uint64_t version, const std::st
   Participant::KeptCopy k;
   k.witness = std::find(job.run().witnesses().begin(), job.run().witnesses().end(), site) !=
               job.run().witnesses().end();
+  k.queued = job.state() == v1::Job::PENDING && QueuedRecord(job.run());
   k.version = version;
   k.record_term = job.term();
   k.attempt = job.attempt();
@@ -158,7 +159,9 @@ uint64_t Participant::KeepJobCopy(const std::string& from, const v1::Reservation
   } else if (!held) {
     auto w = WitnessCopy(copy, key.job_id(), from);
     if (!w.has_value()) return have;
-    if (w->state() != v1::Job::RUNNING) return have;  // not this record's end: nothing to keep
+    // A running job's record, or a queued one (before its first world).
+    const bool queued = w->state() == v1::Job::PENDING && QueuedRecord(w->run());
+    if (w->state() != v1::Job::RUNNING && !queued) return have;  // an end: nothing to keep
     tenant = w->tenant();
   }
   auto job = CheckCopy(copy, key.job_id(), tenant, from);

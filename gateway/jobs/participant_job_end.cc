@@ -5,6 +5,9 @@
 // itself) and votes for nobody.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
+#include "gateway/jobs/job_copy.h"
 #include "gateway/jobs/participant.h"
 
 namespace fedgate::gateway {
@@ -17,15 +20,20 @@ std::optional<uint64_t> Participant::ForgetEndedCopy(const std::string& from,
     return std::nullopt;
   }
   // Ended, or back in the queue (a new attempt commits a new record); a
-  // commit's copy says RESERVING, a renewal's RUNNING.
+  // commit's copy says RESERVING, a renewal's RUNNING. A queued record
+  // (before the first world) is no end for the members it names; a world's
+  // record that leaves this site out ends the queued record it kept.
   const auto st = job.state();
-  if (st != v1::Job::SUCCEEDED && st != v1::Job::FAILED && st != v1::Job::CANCELLED &&
-      st != v1::Job::PENDING) {
-    return std::nullopt;
-  }
+  const auto members = MembersOf(job.run(), job.coordinator());
+  const bool member = std::find(members.begin(), members.end(), config_.site) != members.end();
+  const bool queued = st == v1::Job::PENDING && QueuedRecord(job.run());
+  if (queued && member) return std::nullopt;
+  const bool ends = st == v1::Job::SUCCEEDED || st == v1::Job::FAILED ||
+                    st == v1::Job::CANCELLED || st == v1::Job::PENDING;
   {
     std::lock_guard lock(mu_);
     auto it = copies_.find(job_id);
+    if (!ends && (member || it == copies_.end() || !it->second.queued)) return std::nullopt;
     if (it == copies_.end()) return copy.version();  // nothing kept: nothing to forget
     KeptCopy& kept = it->second;
     // Only the coordinator of the kept term ends the job here (an older
@@ -44,8 +52,8 @@ std::optional<uint64_t> Participant::ForgetEndedCopy(const std::string& from,
     copies_.erase(it);
   }
   if (store_ != nullptr) (void)store_->DeleteJobCopy(job_id);
-  spdlog::info("job {}: {} says it is {}; this member forgets its record", job_id, from,
-               v1::Job::State_Name(job.state()));
+  spdlog::info("job {}: {} says it is {}{}; this member forgets its record", job_id, from,
+               v1::Job::State_Name(job.state()), ends ? "" : " without this site");
   return copy.version();
 }
 

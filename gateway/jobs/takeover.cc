@@ -174,9 +174,10 @@ absl::StatusOr<JobRecord> Takeover::Adopted(const Participant::TakeoverDue& due,
   if (!kept->has_value()) return absl::NotFoundError("the record is no longer kept here");
   const v1::Job& j = **kept;
   const auto state = federation::FromProto(j.state());
-  if (!state || *state != federation::JobState::kRunning) {
+  const bool queued = state == federation::JobState::kPending && QueuedRecord(j.run());
+  if (!state || (*state != federation::JobState::kRunning && !queued)) {
     return absl::FailedPreconditionError(
-        StrCat("the record says ", v1::Job::State_Name(j.state()), ", not RUNNING"));
+        StrCat("the record says ", v1::Job::State_Name(j.state()), ", not RUNNING or queued"));
   }
   const std::string& self = core_->config().site;
   const int64_t now = core_->clock()->NowMs();

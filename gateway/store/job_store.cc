@@ -169,7 +169,7 @@ void JobStore::SubmitAsync(JobRecord job,
           }
         }
         SqlStmt ins(db, StrCat("INSERT INTO jobs(", kColumns,
-                               ", name) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?11, 0, "
+                               ", name) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?11, 1, "
                                "?12, '', ?10);")
                             .c_str());
         if (!ins.ok()) return SqlError(db, "insert");
@@ -192,6 +192,7 @@ void JobStore::SubmitAsync(JobRecord job,
         if (sqlite3_step(ins.get()) != SQLITE_DONE) return SqlError(db, "insert");
         if (auto st = InsertEvents(db, job.id, job.new_events); !st.ok()) return st;
         *out = {job, true};
+        out->job.version = 1;  // a queued record's first copy: newer than none
         out->job.new_events.clear();
         return absl::OkStatus();
       },

@@ -153,18 +153,21 @@ TEST_F(JobStoreTest, AStaleWriterLosesTheCompareAndSet) {
 TEST_F(JobStoreTest, VersionsFollowEveryWriteAndSurviveAReopen) {
   auto a = jobs_->Submit(Job("vision", ""));
   JobRecord j = a->job;
+  // A new job is at version 1: its queued record's first copy is newer
+  // than a witness's none.
+  EXPECT_EQ(j.version, 1u);
   for (JobState s : {JobState::kReserving, JobState::kRunning, JobState::kPending}) {
     j.state = s;
     ASSERT_TRUE(jobs_->Save(&j, JobActor::kCoordinator).ok()) << federation::JobStateName(s);
   }
-  EXPECT_EQ(j.version, 3u);
+  EXPECT_EQ(j.version, 4u);
   // A skipped phase is refused and leaves the row as it was.
   j.state = JobState::kSucceeded;
   EXPECT_EQ(jobs_->Save(&j, JobActor::kCoordinator).code(), absl::StatusCode::kFailedPrecondition);
   jobs_.reset();
   jobs_ = std::move(*JobStore::Open(dir_ / "fedgate.db"));
   auto got = jobs_->Get(a->job.id);
-  EXPECT_EQ((*got)->version, 3u);
+  EXPECT_EQ((*got)->version, 4u);
   EXPECT_EQ((*got)->state, JobState::kPending);
 }
 
