@@ -309,6 +309,11 @@ class Coordinator {
   std::map<std::string, std::map<std::string, uint64_t>> queued_acked_;
   std::mutex queue_mu_;
   std::map<std::string, int64_t> queue_heard_ms_ ABSL_GUARDED_BY(queue_mu_);
+  // Jobs whose last commit went unanswered somewhere: a late commit may
+  // start ranks there, so no next world before they surely stopped (until).
+  std::map<std::string, int64_t> held_off_ms_ ABSL_GUARDED_BY(queue_mu_);
+  void HoldOff(const JobRecord& job, const v1::RunPlan& run);
+  bool HeldOff(const std::string& job_id, int64_t now);
   // Jobs seen running whose other members keep their record (witnesses;
   // slice sites where the job may be taken over), until each heard its end.
   struct Witnessed {

@@ -99,6 +99,12 @@ void Coordinator::PlacePass() {
         Wait(&j, "waiting for a majority of the job's members to hear its coordinator", pass_start);
         continue;
       }
+      if (HeldOff(j.id, pass_start)) {
+        Wait(&j, StrCat(j.reason.substr(0, j.reason.find("; waiting for")),
+                        "; waiting for its last attempt's slices to stop (a commit went unanswered)"),
+             pass_start);
+        continue;
+      }
       federation::SchedJob q{j.id, j.tenant, j.spec.gpus(), est_ms, j.spec.priority() == "spot",
                              j.created_at_unix_ms, {}};
       q.models.assign(j.spec.gpu_models().begin(), j.spec.gpu_models().end());

@@ -57,6 +57,10 @@ void Coordinator::TellQueueWitnesses(const JobRecord& job, std::function<void()>
   for (auto& m : MembersOf(run, self)) {
     if (m != self) others.push_back(std::move(m));
   }
+  if (others.empty()) {
+    then();
+    return;
+  }
   // Shared with the answers: `then` runs once, at a majority or the last answer.
   struct Round {
     std::mutex mu;
@@ -233,6 +237,26 @@ void Coordinator::NoteQueued(const std::vector<std::unique_ptr<RenewWork>>& work
   std::erase_if(queue_heard_ms_, [&](const auto& e) {
     return !queued->contains(e.first) && now - e.second >= lease_ms_;
   });
+}
+
+void Coordinator::HoldOff(const JobRecord& job, const v1::RunPlan& run) {
+  // The late commit comes within a commit's deadline of its own, and its
+  // ranks stop by their fence: the bound a silent slice is lost after.
+  const int64_t until = core_->clock()->NowMs() + reserve_timeout_ms() +
+                        SiteLostAfterMs(run, core_->config().site, lease_ms_, false);
+  spdlog::warn("job {}: a commit went unanswered: its next world waits {} ms for that slice to stop",
+               job.id, until - core_->clock()->NowMs());
+  std::lock_guard lock(queue_mu_);
+  held_off_ms_[job.id] = until;
+}
+
+bool Coordinator::HeldOff(const std::string& job_id, int64_t now) {
+  std::lock_guard lock(queue_mu_);
+  const auto it = held_off_ms_.find(job_id);
+  if (it == held_off_ms_.end()) return false;
+  if (now < it->second) return true;
+  held_off_ms_.erase(it);
+  return false;
 }
 
 bool Coordinator::QueueHeard(const std::string& job_id, int64_t now) {

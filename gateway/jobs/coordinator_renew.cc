@@ -216,6 +216,7 @@ void Coordinator::Judge(JobRecord job, const v1::RunPlan& run,
     spdlog::info("job {}: re-sending the commit to {}", job.id, run.sites(i).site());
   }
   if (auto c = CommitAll(job, run, v.recommit, QuotaCommit::kNone); !c.ok()) {
+    HoldOff(job, run);
     Fail(job, run, std::string(c.message()), "");
   }
 }

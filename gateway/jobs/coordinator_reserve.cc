@@ -306,6 +306,7 @@ bool Coordinator::DecideAndCommit(JobRecord job, const v1::RunPlan& reserved) {
   if (on_phase_) on_phase_("commit", committed.ok(), SecondsSince(commit_start));
   if (on_reservation_end_) on_reservation_end_(committed.ok());
   if (!committed.ok()) {
+    HoldOff(job, next);
     Fail(job, next, std::string(committed.message()), "");
     return false;
   }

@@ -144,6 +144,18 @@ void Coordinator::SendNotice(std::map<std::string, Witnessed>* notices, const st
   v1::SliceStatusRequest req;
   *req.mutable_key() = key;
   *req.mutable_copy() = copy;
+  {
+    // A member that has not accepted this term yet (it was frozen through
+    // the takeover) takes the notice only with the term's grants, and its
+    // holds of the job become this coordinator's, so a next attempt can
+    // prepare there (a second takeover found a site whose stale holds
+    // refused every Prepare of the new coordinator).
+    std::lock_guard lock(grants_mu_);
+    if (auto it = grants_.find(id); it != grants_.end() && it->second.term == key.term() &&
+                                    !it->second.accepted.contains(site)) {
+      for (const auto& g : it->second.grants) *req.add_grants() = g;
+    }
+  }
   participants_->SliceStatus(
       site, std::move(req), rpc_timeout_ms(),
       [this, notices, id, site, epoch = key.epoch()](absl::StatusOr<v1::SliceStatusResponse> r) {

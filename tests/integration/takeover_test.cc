@@ -258,6 +258,92 @@ TEST_F(CoordinatorTakeover, AWitnessGivesAOneSiteJobAMajorityThatOutlivesItsCoor
   EXPECT_EQ(CountEvents(site, id, "started"), 0) << "the ranks never started again";
 }
 
+// Two takeovers of one job: site-a is frozen and site-b takes the job over;
+// site-a comes back and keeps the record as site-b's witness; then site-b
+// is frozen too, and site-c takes the job over at term 3 with site-a's
+// grant (two of the three members a, b, c). The job ends under site-c, and
+// both earlier coordinators, back, name it. Attempt 1's ranks run long
+// (site-b's are fenced while it is frozen), a later attempt's end at once.
+TEST_F(CoordinatorTakeover, ASecondCoordinatorLostIsTakenOverAgainWithTheFirstOnesGrant) {
+  StartFour();
+  const std::string id = Submit(
+      "site-a",
+      "name: twice\ngpus: 8\ngpu_models: [A100-80GB]\n"
+      "command: [sh, -c, 'if [ \"$FEDGATE_ATTEMPT\" = 1 ]; then sleep 40; fi']\n");
+  ASSERT_TRUE(WaitState("site-a", id, v1::Job::RUNNING, 20000)) << Get("site-a", id).reason();
+  for (const char* s : {"site-b", "site-c"}) {
+    ASSERT_TRUE(Eventually([&] { return Get(s, id).coordinator() == "site-a"; }, 10000)) << s;
+  }
+  fed_.Kill("site-a", SIGSTOP);
+  std::string to;
+  const bool taken = Eventually([&] { return !(to = NewCoordinator(id)).empty(); }, 20000);
+  fed_.Kill("site-a", SIGCONT);
+  ASSERT_TRUE(taken) << fed_.log("site-b");
+  ASSERT_EQ(to, "site-b");
+  ASSERT_TRUE(Eventually([&] { return Get("site-a", id).coordinator() == "site-b"; }, 10000))
+      << fed_.log("site-a");
+  // A few of site-b's renewals: site-a keeps the record as its witness.
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  fed_.Kill("site-b", SIGSTOP);
+  const bool again = Eventually(
+      [&] {
+        const v1::Job at_c = Get("site-c", id);
+        return at_c.term() >= 3 && at_c.coordinator() == "site-c";
+      },
+      20000);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  fed_.Kill("site-b", SIGCONT);
+  ASSERT_TRUE(again) << fed_.log("site-c") << fed_.log("site-a");
+  ASSERT_TRUE(WaitState("site-c", id, v1::Job::SUCCEEDED, 60000))
+      << Get("site-c", id).reason() << fed_.log("site-c");
+  const v1::Job done = Get("site-c", id);
+  std::printf("[ measure ] second takeover: SUCCEEDED at term %llu, attempt %u, world restarts %u\n",
+              static_cast<unsigned long long>(done.term()), done.attempt(), done.run().restart());
+  EXPECT_EQ(done.term(), 3u);
+  EXPECT_EQ(CountEvents("site-c", id, "coordinator_moved"), 1) << "site-c's own takeover";
+  // site-b stepped down naming site-c; site-a, which handed the job to
+  // site-b, still names site-b (its own row), and following it ends at site-c.
+  EXPECT_TRUE(Eventually([&] { return Get("site-b", id).coordinator() == "site-c"; }, 10000))
+      << fed_.log("site-b");
+  EXPECT_EQ(Get("site-a", id).coordinator(), "site-b");
+  auto followed = Alice("site-a", {"jobs", "get", id});
+  EXPECT_EQ(followed.exit_code, 0) << followed.err;
+  v1::GetJobResponse got;
+  google::protobuf::util::JsonParseOptions lax;
+  lax.ignore_unknown_fields = true;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(followed.out, &got, lax).ok()) << followed.out;
+  EXPECT_EQ(got.job().coordinator(), "site-c") << followed.out;
+}
+
+// A job acknowledged but never placed by its coordinator: site-a dies for
+// good the moment it stores the job RESERVING, before any site hears of
+// it. The two witnesses of its queued record, named at submit, take it
+// over and place it; it runs once and succeeds (chaos_bench lost such a
+// job before witnesses were named at submit: nobody else knew it).
+TEST_F(CoordinatorTakeover, AJobItsCoordinatorNeverPlacedIsTakenOverFromItsQueuedRecordAndRuns) {
+  StartFour({"FEDGATE_CRASH_AT=coordinator-after-reserving"});
+  const std::string id =
+      Submit("site-a", "name: queued\ngpus: 8\ngpu_models: [A100-80GB]\ncommand: [sleep, '2']\n");
+  ASSERT_TRUE(fed_.WaitExit("site-a", 20000).has_value()) << "site-a never reserved the job";
+  std::string to;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        for (const char* s : {"site-b", "site-c", "site-d"}) {
+          const v1::Job j = Get(s, id);
+          if (j.term() >= 2 && j.coordinator() == s) to = s;
+        }
+        return !to.empty();
+      },
+      20000))
+      << fed_.log("site-b") << fed_.log("site-c") << fed_.log("site-d");
+  ASSERT_TRUE(WaitState(to, id, v1::Job::SUCCEEDED, 30000)) << Get(to, id).reason() << fed_.log(to);
+  const v1::Job done = Get(to, id);
+  EXPECT_EQ(done.attempt(), 1u) << "its first world is the one its successor placed";
+  EXPECT_EQ(done.run().sites_size(), 2);
+  EXPECT_EQ(CountEvents(to, id, "coordinator_moved"), 1);
+  EXPECT_EQ(CountEvents(to, id, "started"), 1) << "started once, by " << to;
+}
+
 // A witness is told the job ended and forgets it: nobody takes over a job
 // that is over, however long its coordinator stays quiet about it.
 TEST_F(CoordinatorTakeover, AWitnessForgetsAJobThatEndedAndNobodyTakesItOver) {

@@ -378,6 +378,71 @@ TEST_F(TakeoverTest, AWitnessOfAnEarlierWorldForgetsItWhenToldTheCurrentRecord) 
   for (const auto& due : p_->TakeoversDue()) EXPECT_NE(due.job_id, kW);
 }
 
+// A job before its first world: bj named site-a and gz witnesses of its
+// queued record at submit. site-a keeps it and, with bj silent, is due to
+// take it over (after gz, the first in succession); the record of the
+// job's first world, which leaves site-a out, ends it here at once.
+TEST_F(TakeoverTest, AQueuedRecordIsKeptByTheWitnessesItNamesUntilAWorldLeavesThemOut) {
+  constexpr const char* kQ = "j-00000000000000e1";
+  auto renew = [&](const v1::Job& j, uint64_t version) {
+    v1::SliceStatusRequest q;
+    q.mutable_key()->set_job_id(kQ);
+    q.mutable_key()->set_term(1);
+    q.set_lease_ms(kLeaseMs);
+    q.mutable_copy()->set_job(j.SerializeAsString());
+    q.mutable_copy()->set_version(version);
+    return p_->Status("bj", q);
+  };
+  v1::Job queued = RecordOfBj(15'000, 5'000);
+  queued.set_id(kQ);
+  queued.set_state(v1::Job::PENDING);
+  queued.mutable_run()->clear_sites();
+  queued.mutable_run()->add_witnesses("gz");
+  queued.mutable_run()->add_witnesses("site-a");
+  auto kept = renew(queued, 1);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(kept->copy_version(), 1u) << "a named witness keeps the queued record";
+  // A queued record that names other witnesses is not this site's.
+  v1::Job other = queued;
+  other.set_id("j-00000000000000e2");
+  other.mutable_run()->clear_witnesses();
+  for (const char* s : {"gz", "hz"}) other.mutable_run()->add_witnesses(s);
+  v1::SliceStatusRequest q;
+  q.mutable_key()->set_job_id(other.id());
+  q.mutable_key()->set_term(1);
+  q.set_lease_ms(kLeaseMs);
+  q.mutable_copy()->set_job(other.SerializeAsString());
+  q.mutable_copy()->set_version(1);
+  auto not_kept = p_->Status("bj", q);
+  ASSERT_TRUE(not_kept.ok()) << not_kept.status();
+  auto other_kept = p_->JobFromCopy(other.id());
+  ASSERT_TRUE(other_kept.ok());
+  EXPECT_FALSE(other_kept->has_value());
+  // bj silent past site-a's turn (takeover_after + one stagger): due.
+  clock_.Advance(20'001);
+  bool due = false;
+  for (const auto& d : p_->TakeoversDue()) {
+    if (d.job_id != kQ) continue;
+    due = true;
+    EXPECT_EQ(d.members, (std::vector<std::string>{"bj", "gz", "site-a"}));
+    EXPECT_EQ(d.position, 1) << "after gz";
+  }
+  EXPECT_TRUE(due) << "a queued job outlives its coordinator";
+  // The decided first world: bj, gz and hz; site-a is no member now.
+  v1::Job world = queued;
+  world.set_state(v1::Job::RUNNING);
+  world.set_attempt(1);
+  world.mutable_run()->clear_witnesses();
+  for (const char* s : {"gz", "hz"}) world.mutable_run()->add_sites()->set_site(s);
+  auto told = renew(world, 2);
+  ASSERT_TRUE(told.ok()) << told.status();
+  EXPECT_EQ(told->copy_version(), 2u);
+  auto after = p_->JobFromCopy(kQ);
+  ASSERT_TRUE(after.ok());
+  EXPECT_FALSE(after->has_value()) << "left out of the first world: the queued record goes";
+  for (const auto& d : p_->TakeoversDue()) EXPECT_NE(d.job_id, kQ);
+}
+
 // gz joined the job's members (a replacement's first step) in a copy this
 // site never got; gz then won term 2 with the grants of three of the four.
 // The renewal that brings the newer copy is served (the step is one change
