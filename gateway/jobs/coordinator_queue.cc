@@ -145,7 +145,9 @@ std::string Coordinator::RecordAtMajorities(const JobRecord& job, const v1::RunP
     req.set_lease_ms(lease_ms_);
     AttachGrants(job, to[i], &req);
     *req.mutable_copy() = CopyOf(job, self, run);
-    participants_->SliceStatus(to[i], std::move(req), rpc_timeout_ms(), fan.Collect(&answers[i]));
+    // On the placement thread, as Prepare and Commit: their deadline.
+    participants_->SliceStatus(to[i], std::move(req), reserve_timeout_ms(),
+                               fan.Collect(&answers[i]));
   }
   fan.Wait();
   std::set<std::string> kept = {self};

@@ -58,9 +58,29 @@ absl::Status Participant::CheckTermLocked(const v1::ReservationKey& key, const s
                                          std::optional<StoredJobTerm>* persist,
                                          const BroughtRecord* brought) {
   auto it = copies_.find(key.job_id());
-  if (it == copies_.end()) return absl::OkStatus();  // nothing kept: ownership alone decides
   // Gateways from before terms send none: theirs is the first.
   const uint64_t term = std::max<uint64_t>(key.term(), kFirstTerm);
+  if (it == copies_.end()) {
+    // Nothing kept: ownership alone decides. But the record may have gone
+    // with a slice that ended here while holds of the job still name an
+    // earlier coordinator (a second takeover, with this site frozen
+    // through it, found every call and Prepare of the new one refused): a
+    // majority of grants over the members of the record the call brings
+    // hands them over, the holder among those members.
+    if (brought != nullptr && !grants.empty() && !ledger_.CheckOwner(key.job_id(), from).ok()) {
+      federation::TermState fresh;
+      const auto c = federation::AcceptCoordinatorCall(&fresh, brought->members, key.job_id(), term,
+                                                       from, grants, clock_->NowMs());
+      const auto& m = brought->members;
+      if (c.ok && std::find(m.begin(), m.end(), config_.site) != m.end()) {
+        spdlog::warn("job {}: {} coordinates it from term {} on, with a majority's grants (no "
+                     "record kept here)",
+                     key.job_id(), from, term);
+        ledger_.Reassign(key.job_id(), from);
+      }
+    }
+    return absl::OkStatus();
+  }
   federation::TermState& t = it->second.term;
   const uint64_t was_term = t.term;
   const std::string was_coordinator = t.coordinator;

@@ -295,7 +295,7 @@ TEST_F(CoordinatorTakeover, ASecondCoordinatorLostIsTakenOverAgainWithTheFirstOn
   fed_.Kill("site-b", SIGCONT);
   ASSERT_TRUE(again) << fed_.log("site-c") << fed_.log("site-a");
   ASSERT_TRUE(WaitState("site-c", id, v1::Job::SUCCEEDED, 60000))
-      << Get("site-c", id).reason() << fed_.log("site-c");
+      << Get("site-c", id).reason() << fed_.log("site-c") << fed_.log("site-b");
   const v1::Job done = Get("site-c", id);
   std::printf("[ measure ] second takeover: SUCCEEDED at term %llu, attempt %u, world restarts %u\n",
               static_cast<unsigned long long>(done.term()), done.attempt(), done.run().restart());
