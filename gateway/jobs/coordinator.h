@@ -181,6 +181,11 @@ class Coordinator {
   // and reserving it): their members are renewed, and told the end.
   void AskQueued(RenewWork* w, const std::set<std::string>& down, FanOut* fan);
   bool QueueHeard(const std::string& job_id, int64_t now);
+  // coordinator_witness.cc: one renewal call to each of w->witnesses (not
+  // those down), with the term's grants where not yet accepted, and the
+  // record where `acked` (null: never) says the member's copy is older.
+  void RenewMembers(RenewWork* w, const std::set<std::string>& down, FanOut* fan, uint64_t epoch,
+                    const std::map<std::string, uint64_t>* acked);
   // What a pass's answers about queued jobs say: moved away, heard by a
   // majority, the members to tell their end; `queued` gets those still here.
   void NoteQueued(const std::vector<std::unique_ptr<RenewWork>>& work, int64_t sent, int64_t now,

@@ -190,21 +190,8 @@ void Coordinator::AskQueued(RenewWork* w, const std::set<std::string>& down, Fan
   }
   w->witness_answers.assign(w->witnesses.size(),
                             absl::UnavailableError("not asked: the witness is down"));
-  const auto& acked = queued_acked_[w->job.id];
-  for (size_t i = 0; i < w->witnesses.size(); ++i) {
-    const std::string& site = w->witnesses[i];
-    if (down.contains(site)) continue;
-    v1::SliceStatusRequest req;
-    *req.mutable_key() = Key(w->job, reserving ? w->run.epoch() : 0);
-    req.set_lease_ms(lease_ms_);
-    AttachGrants(w->job, site, &req);
-    if (const auto at = acked.find(site);
-        !reserving && (at == acked.end() || at->second < w->job.version)) {
-      *req.mutable_copy() = CopyOf(w->job, self, w->run);
-    }
-    participants_->SliceStatus(site, std::move(req), rpc_timeout_ms(),
-                               fan->Collect(&w->witness_answers[i]));
-  }
+  RenewMembers(w, down, fan, reserving ? w->run.epoch() : 0,
+               reserving ? nullptr : &queued_acked_[w->job.id]);
 }
 
 void Coordinator::NoteQueued(const std::vector<std::unique_ptr<RenewWork>>& work, int64_t sent,

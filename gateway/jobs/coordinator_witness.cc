@@ -67,7 +67,6 @@ void Coordinator::AskWitnesses(RenewWork* w, const std::set<std::string>& down, 
 }
 
 void Coordinator::CallWitnesses(RenewWork* w, const std::set<std::string>& down, FanOut* fan) {
-  const std::string& self = core_->config().site;
   {
     std::lock_guard lock(witness_mu_);
     SupersedeLocked(w->job.id, w->run.epoch());
@@ -76,16 +75,23 @@ void Coordinator::CallWitnesses(RenewWork* w, const std::set<std::string>& down,
     seen.left = {w->witnesses.begin(), w->witnesses.end()};
     seen.passes = 0;
   }
-  const auto& acked = copy_acked_[w->job.id];
+  RenewMembers(w, down, fan, w->run.epoch(), &copy_acked_[w->job.id]);
+}
+
+void Coordinator::RenewMembers(RenewWork* w, const std::set<std::string>& down, FanOut* fan,
+                               uint64_t epoch, const std::map<std::string, uint64_t>* acked) {
+  const std::string& self = core_->config().site;
   for (size_t i = 0; i < w->witnesses.size(); ++i) {
     const std::string& site = w->witnesses[i];
     if (down.contains(site)) continue;
     v1::SliceStatusRequest req;
-    *req.mutable_key() = Key(w->job, w->run.epoch());
+    *req.mutable_key() = Key(w->job, epoch);
     req.set_lease_ms(lease_ms_);
     AttachGrants(w->job, site, &req);
-    if (const auto at = acked.find(site); at == acked.end() || at->second < w->job.version) {
-      *req.mutable_copy() = CopyOf(w->job, self, w->run);
+    if (acked != nullptr) {
+      if (const auto at = acked->find(site); at == acked->end() || at->second < w->job.version) {
+        *req.mutable_copy() = CopyOf(w->job, self, w->run);
+      }
     }
     participants_->SliceStatus(site, std::move(req), rpc_timeout_ms(),
                                fan->Collect(&w->witness_answers[i]));
