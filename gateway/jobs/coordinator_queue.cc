@@ -141,7 +141,7 @@ std::string Coordinator::RecordAtMajorities(const JobRecord& job, const v1::RunP
   FanOut fan;
   for (size_t i = 0; i < to.size(); ++i) {
     v1::SliceStatusRequest req;
-    *req.mutable_key() = Key(job, run.epoch());  // a first world: every site's epoch
+    *req.mutable_key() = Key(job, run.epoch());  // a new world: each site at the run's epoch
     req.set_lease_ms(lease_ms_);
     AttachGrants(job, to[i], &req);
     *req.mutable_copy() = CopyOf(job, self, run);
