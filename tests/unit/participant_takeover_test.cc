@@ -105,6 +105,19 @@ class TakeoverTest : public ::testing::Test {
     j.mutable_run()->set_takeover_stagger_ms(stagger_ms);
     return j;
   }
+  // bj renews job `j.id()` at term 1 carrying `j` as the record's copy.
+  absl::StatusOr<v1::SliceStatusResponse> RenewWithCopy(const v1::Job& j, uint64_t version,
+                                                        uint32_t attempt = 0, uint64_t epoch = 0) {
+    v1::SliceStatusRequest q;
+    q.mutable_key()->set_job_id(j.id());
+    q.mutable_key()->set_attempt(attempt);
+    q.mutable_key()->set_epoch(epoch);
+    q.mutable_key()->set_term(1);
+    q.set_lease_ms(kLeaseMs);
+    q.mutable_copy()->set_job(j.SerializeAsString());
+    q.mutable_copy()->set_version(version);
+    return p_->Status("bj", q);
+  }
   // `record_version`: the candidate's copy of bj's record (term 1); by
   // default newer than any copy these tests send.
   absl::StatusOr<v1::VoteResponse> Ask(const std::string& candidate, uint64_t term,
@@ -340,17 +353,7 @@ TEST_F(TakeoverTest, TheCoordinatorsOwnSiteNeverVotesItOut) {
 // until the sweep (no slice, no witness there) and never takes over.
 TEST_F(TakeoverTest, AWitnessOfAnEarlierWorldForgetsItWhenToldTheCurrentRecord) {
   constexpr const char* kW = "j-00000000000000d9";
-  auto renew = [&](const v1::Job& j, uint64_t version) {
-    v1::SliceStatusRequest q;
-    q.mutable_key()->set_job_id(kW);
-    q.mutable_key()->set_attempt(1);
-    q.mutable_key()->set_epoch(7);
-    q.mutable_key()->set_term(1);
-    q.set_lease_ms(kLeaseMs);
-    q.mutable_copy()->set_job(j.SerializeAsString());
-    q.mutable_copy()->set_version(version);
-    return p_->Status("bj", q);
-  };
+  auto renew = [&](const v1::Job& j, uint64_t version) { return RenewWithCopy(j, version, 1, 7); };
   v1::Job first = RecordOfBj(15'000, 5'000);
   first.set_id(kW);
   first.set_state(v1::Job::RUNNING);
@@ -384,15 +387,7 @@ TEST_F(TakeoverTest, AWitnessOfAnEarlierWorldForgetsItWhenToldTheCurrentRecord) 
 // job's first world, which leaves site-a out, ends it here at once.
 TEST_F(TakeoverTest, AQueuedRecordIsKeptByTheWitnessesItNamesUntilAWorldLeavesThemOut) {
   constexpr const char* kQ = "j-00000000000000e1";
-  auto renew = [&](const v1::Job& j, uint64_t version) {
-    v1::SliceStatusRequest q;
-    q.mutable_key()->set_job_id(kQ);
-    q.mutable_key()->set_term(1);
-    q.set_lease_ms(kLeaseMs);
-    q.mutable_copy()->set_job(j.SerializeAsString());
-    q.mutable_copy()->set_version(version);
-    return p_->Status("bj", q);
-  };
+  auto renew = [&](const v1::Job& j, uint64_t version) { return RenewWithCopy(j, version); };
   v1::Job queued = RecordOfBj(15'000, 5'000);
   queued.set_id(kQ);
   queued.set_state(v1::Job::PENDING);
@@ -407,13 +402,7 @@ TEST_F(TakeoverTest, AQueuedRecordIsKeptByTheWitnessesItNamesUntilAWorldLeavesTh
   other.set_id("j-00000000000000e2");
   other.mutable_run()->clear_witnesses();
   for (const char* s : {"gz", "hz"}) other.mutable_run()->add_witnesses(s);
-  v1::SliceStatusRequest q;
-  q.mutable_key()->set_job_id(other.id());
-  q.mutable_key()->set_term(1);
-  q.set_lease_ms(kLeaseMs);
-  q.mutable_copy()->set_job(other.SerializeAsString());
-  q.mutable_copy()->set_version(1);
-  auto not_kept = p_->Status("bj", q);
+  auto not_kept = renew(other, 1);
   ASSERT_TRUE(not_kept.ok()) << not_kept.status();
   auto other_kept = p_->JobFromCopy(other.id());
   ASSERT_TRUE(other_kept.ok());
