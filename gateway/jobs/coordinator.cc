@@ -108,7 +108,7 @@ void Coordinator::Preempted(JobRecord job, const v1::RunPlan& run, const std::st
   RecordUsage(job, run, core_->clock()->NowMs());
   v1::RunPlan next = run;
   next.set_preemptions(run.preemptions() + 1);
-  job.run = next.SerializeAsString();
+  job.run = RequeuedPlanOf(next).SerializeAsString();
   job.updated_at_unix_ms = core_->clock()->NowMs();
   job.state = JobState::kPending;
   job.reason = StrCat(why, "; will run again (preemption does not count against max_attempts)");
@@ -132,6 +132,7 @@ void Coordinator::Fail(JobRecord job, const v1::RunPlan& run, const std::string&
     job.reason = StrCat("attempt ", job.attempt, " of ", max_attempts, " failed: ", reason);
   } else {
     job.state = JobState::kPending;
+    job.run = RequeuedPlanOf(next).SerializeAsString();
     job.reason = StrCat("attempt ", job.attempt, " failed: ", reason, "; retrying",
                         bad_site.empty() ? "" : StrCat(" without ", bad_site));
   }

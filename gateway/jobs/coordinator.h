@@ -141,6 +141,11 @@ class Coordinator {
   // The queued record a reservation that did not happen goes back to.
   static v1::RunPlan QueuedPlanOf(const v1::RunPlan& next, const std::vector<std::string>& queued,
                                   const std::string& self);
+  // The record a job whose world ended goes back to the queue with: queued
+  // at that world's members (its configuration), so the next world must
+  // reach a majority of them and they keep the term meanwhile; `run` as it
+  // is where nobody may take the job over.
+  v1::RunPlan RequeuedPlanOf(const v1::RunPlan& run) const;
   // The peers that may be named witnesses now (heard, not gone silent).
   std::vector<std::string> UpPeers() const;
   // coordinator_stage.cc: what each site of `run` must stage, and the wait
@@ -201,7 +206,7 @@ class Coordinator {
                        int64_t now);
   // Whether this pass heard a majority of the job's members (always, for a
   // job that cannot be taken over): without it nothing about the job changes.
-  bool HearsMajority(const RenewWork& w);
+  bool HearsMajority(const RenewWork& w, int64_t sent);
   // coordinator_witness.cc: a job's witnesses keep its record, renewed with
   // the pass like a slice (no hold, no ranks), and, like its slice sites
   // where it may be taken over, are told when it ended (or left RUNNING) so
@@ -309,6 +314,10 @@ class Coordinator {
   std::mutex grants_mu_;
   std::map<std::string, Grants> grants_ ABSL_GUARDED_BY(grants_mu_);  // by job id
   std::set<std::string> frozen_;  // jobs without a majority (renewal thread)
+  // Jobs whose last pass heard a majority by their answers (renewal thread):
+  // empty after a restart, so a job is not ended on this site's word alone
+  // before its members have said it did not move.
+  std::set<std::string> heard_majority_;
   // Queued jobs: the record version each witness keeps (renewal thread),
   // and when a majority last heard this coordinator (read by placement).
   std::map<std::string, std::map<std::string, uint64_t>> queued_acked_;

@@ -103,7 +103,7 @@ bool Coordinator::StepDownIfMoved(JobRecord job,
   return true;
 }
 
-bool Coordinator::HearsMajority(const RenewWork& w) {
+bool Coordinator::HearsMajority(const RenewWork& w, int64_t sent) {
   const JobRecord& job = w.job;
   const v1::RunPlan& run = w.run;
   const auto& a = w.answers;
@@ -121,14 +121,24 @@ bool Coordinator::HearsMajority(const RenewWork& w) {
   // AskWitnesses) may end on this site's word while the last pass heard a
   // majority.
   const bool ended_here =
-      !frozen_.contains(job.id) && run.sites_size() > 0 &&
+      heard_majority_.contains(job.id) && run.sites_size() > 0 &&
       std::all_of(run.sites().begin(), run.sites().end(),
                   [&](const v1::SiteRun& r) { return r.site() == self; }) &&
       std::all_of(a.begin(), a.begin() + std::min<int>(run.sites_size(), a.size()), [](const auto& x) {
         return x.ok() && (x->state() == v1::SliceStatusResponse::SUCCEEDED ||
                           x->state() == v1::SliceStatusResponse::FAILED);
       });
-  const bool majority = ended_here || heard.size() >= federation::Majority(members.size());
+  const bool answered = heard.size() >= federation::Majority(members.size());
+  if (answered) {
+    heard_majority_.insert(job.id);
+    // Heard now by the members a retry's queued record names (its world's):
+    // the retry need not wait a pass for them (PlacePass, QueueHeard).
+    std::lock_guard lock(queue_mu_);
+    queue_heard_ms_[job.id] = sent;
+  } else if (!ended_here) {
+    heard_majority_.erase(job.id);
+  }
+  const bool majority = answered || ended_here;
   if (!majority && frozen_.insert(job.id).second) {
     spdlog::warn(
         "job {}: hears {} of its {} members, no majority: changing nothing until it does "

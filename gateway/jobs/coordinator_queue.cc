@@ -121,6 +121,16 @@ v1::RunPlan Coordinator::QueuedPlanOf(const v1::RunPlan& next, const std::vector
   return back;
 }
 
+v1::RunPlan Coordinator::RequeuedPlanOf(const v1::RunPlan& run) const {
+  const std::string& self = core_->config().site;
+  if (SuccessorsOf(run, self).empty()) return run;
+  std::vector<std::string> others;
+  for (auto& m : MembersOf(run, self)) {
+    if (m != self) others.push_back(std::move(m));
+  }
+  return QueuedPlanOf(run, others, self);
+}
+
 std::string Coordinator::RecordAtMajorities(const JobRecord& job, const v1::RunPlan& run,
                                             const std::vector<std::string>& queued) {
   const std::string& self = core_->config().site;

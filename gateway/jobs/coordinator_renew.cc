@@ -82,7 +82,7 @@ void Coordinator::RenewPass() {
     NoteSitesToTell(*w);
     GrantsAnswered(*w);
     NoteContacts(*w, sent, now);
-    if (!HearsMajority(*w)) continue;
+    if (!HearsMajority(*w, sent)) continue;
     auto& acked = copy_acked_[w->job.id];
     for (int i = 0; i < w->run.sites_size() && i < static_cast<int>(w->answers.size()); ++i) {
       if (w->answers[i].ok()) acked[w->run.sites(i).site()] = w->answers[i]->copy_version();
@@ -96,6 +96,7 @@ void Coordinator::RenewPass() {
   std::set<std::string> active = running;  // queued ones are told nothing yet
   NoteQueued(queued_work, sent, now, &active);
   std::erase_if(last_ok_, [&](const auto& e) { return !running.contains(e.first); });
+  std::erase_if(heard_majority_, [&](const auto& id) { return !running.contains(id); });
   std::erase_if(copy_acked_, [&](const auto& e) { return !running.contains(e.first); });
   std::erase_if(contact_, [&](const auto& e) { return !running.contains(e.first); });
   std::erase_if(copy_asks_, [&](const auto& e) { return !running.contains(e.first); });

@@ -315,6 +315,56 @@ TEST_F(CoordinatorTakeover, ASecondCoordinatorLostIsTakenOverAgainWithTheFirstOn
   EXPECT_EQ(got.job().coordinator(), "site-c") << followed.out;
 }
 
+// chaos_bench found a rank alive twice: a coordinator killed while it ran
+// a job on its own site came back after a successor took the job over, saw
+// its own slice failed and placed attempt 2 beside the successor's. Back,
+// it must first hear from the job's members, learn that the job moved, and
+// step down: it fails no attempt and places none. The successor retries
+// the job (only site-a may run it) and it succeeds once, at attempt 2.
+TEST_F(CoordinatorTakeover, ACoordinatorBackAfterItsOwnSliceFailedStepsDownInsteadOfRetrying) {
+  StartFour();
+  const std::string id = Submit(
+      "site-a",
+      "name: own\ngpus: 2\ngpu_models: [H100]\nallowed_sites: [site-a]\nmax_attempts: 3\n"
+      "command: [sh, -c, 'if [ \"$FEDGATE_ATTEMPT\" = 1 ]; then sleep 2; exit 3; fi']\n");
+  ASSERT_TRUE(WaitState("site-a", id, v1::Job::RUNNING, 20000)) << Get("site-a", id).reason();
+  const v1::Job job = Get("site-a", id);
+  ASSERT_EQ(job.run().sites_size(), 1);
+  ASSERT_EQ(job.run().sites(0).site(), "site-a");
+  ASSERT_EQ(job.run().witnesses_size(), 2) << "coordinator + two witnesses";
+  for (const auto& w : job.run().witnesses()) {
+    ASSERT_TRUE(Eventually([&] { return Get(w, id).coordinator() == "site-a"; }, 10000)) << w;
+  }
+  fed_.Kill("site-a", SIGKILL);
+  ASSERT_TRUE(fed_.WaitExit("site-a", 10000).has_value());
+  // Attempt 1's ranks fail while site-a is down; a witness takes the job over.
+  std::string to;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        for (const auto& w : job.run().witnesses()) {
+          const v1::Job j = Get(w, id);
+          if (j.term() >= 2 && j.coordinator() == w) to = w;
+        }
+        return !to.empty();
+      },
+      20000))
+      << fed_.log(job.run().witnesses(0)) << fed_.log(job.run().witnesses(1));
+  const size_t before = fed_.log("site-a").size();
+  fed_.Start("site-a");
+  ASSERT_TRUE(fed_.WaitReady("site-a"));
+  ASSERT_TRUE(WaitState(to, id, v1::Job::SUCCEEDED, 40000)) << Get(to, id).reason() << fed_.log(to);
+  const v1::Job done = Get(to, id);
+  EXPECT_EQ(done.attempt(), 2u);
+  EXPECT_EQ(CountEvents(to, id, "started"), 1) << "attempt 2 started once, by " << to;
+  EXPECT_TRUE(Eventually([&] { return Get("site-a", id).coordinator() == to; }, 10000));
+  const std::string back = fed_.log("site-a").substr(before);
+  EXPECT_NE(back.find("job " + id + ": stepped down"), std::string::npos) << back;
+  EXPECT_EQ(back.find("job " + id + ": attempt 1 failed"), std::string::npos)
+      << "site-a judged the job without a majority: " << back;
+  EXPECT_EQ(back.find("holding GPUs for site-a"), std::string::npos)
+      << "site-a placed an attempt of a job it no longer coordinates: " << back;
+}
+
 // A job acknowledged but never placed by its coordinator: site-a dies for
 // good the moment it stores the job RESERVING, before any site hears of
 // it. The two witnesses of its queued record, named at submit, take it
