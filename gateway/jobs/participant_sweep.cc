@@ -66,6 +66,10 @@ void Participant::SweepSliceLocked(Slice* s, int64_t now, SweepOutcome* out) {
   if (s->parked) {
     // GPUs held for the job's next world: kept while the lease is renewed.
     if (now <= s->lease_deadline_ms) return;
+    // Nobody renewed it, as a running slice's fence: its job's record stays
+    // (this site is still one of the job's members until a newer record
+    // says otherwise, and a takeover may need its vote).
+    s->fenced = true;
     StopSliceLocked(s, "lease expired while waiting for the next world");
   }
   const std::string& job = s->key.job_id();

@@ -686,6 +686,67 @@ TEST_F(TakeoverTest, ARestartedSiteWithoutTheJobsSliceKeepsItsRecordUntilTheCoor
   EXPECT_TRUE(p_->TakeoversDue().empty());
 }
 
+// A replacement's slice committed parked here, whose lease lapses before
+// the next world (its coordinator went silent): like a fenced running
+// slice, it keeps the job's record even after the coordinator saw it end.
+// site-a is still one of the record's members; without its record a
+// takeover lacks its vote. chaos_bench: a replace job's coordinator, lost
+// for good, was never taken over, as its parked member had let the record
+// go and the one left could reach no majority.
+TEST_F(TakeoverTest, AParkedSliceWhoseLeaseLapsedKeepsTheRecordForATakeover) {
+  v1::AbortRequest end;
+  *end.mutable_key() = Key(1);
+  end.set_reason("its world restarts elsewhere");
+  ASSERT_TRUE(p_->Abort("bj", end).ok());
+  p_->Sweep();
+  v1::ReservationKey parked = Key(1);
+  parked.set_epoch(2);
+  v1::PrepareRequest r;
+  *r.mutable_key() = parked;
+  r.set_tenant("vision");
+  r.add_nodes()->set_node("n1");
+  r.mutable_nodes(0)->set_gpus(1);
+  r.set_hold_ttl_ms(30'000);
+  ASSERT_TRUE(p_->Prepare("bj", r).ok());
+  v1::CommitRequest c;
+  *c.mutable_key() = parked;
+  auto* rank = c.add_ranks();
+  rank->set_node("n1");
+  rank->set_local_world_size(1);
+  c.set_world_size(2);
+  c.set_master_addr("10.0.0.9");
+  c.set_master_port(29501);
+  c.add_command("train");
+  c.set_lease_ms(kLeaseMs);
+  c.set_keep_hold(true);
+  c.set_park(true);
+  v1::Job record = RecordOfBj(15'000, 5'000);
+  record.mutable_run()->mutable_sites(0)->set_epoch(2);  // site-a: the replacement
+  c.mutable_copy()->set_job(record.SerializeAsString());
+  c.mutable_copy()->set_version(3);
+  const size_t launched = runner_->launched().size();
+  ASSERT_TRUE(p_->Commit("bj", c).ok());
+  EXPECT_EQ(runner_->launched().size(), launched) << "parked: no rank";
+  EXPECT_EQ(p_->FreeGpus()["n1"], 3u);
+
+  clock_.Advance(kLeaseMs + 1000);
+  p_->Sweep();
+  p_->Sweep();
+  EXPECT_EQ(p_->FreeGpus()["n1"], 4u) << "its lease lapsed: the GPU is free";
+  v1::SliceStatusRequest q;
+  *q.mutable_key() = parked;
+  q.set_lease_ms(kLeaseMs);
+  auto asked = p_->Status("bj", q);
+  ASSERT_TRUE(asked.ok()) << asked.status();
+  EXPECT_EQ(asked->state(), v1::SliceStatusResponse::FAILED) << "bj sees the end";
+  p_->Sweep();
+  auto kept = p_->JobFromCopy(kJob);
+  ASSERT_TRUE(kept.ok() && kept->has_value()) << "a member keeps the record for a takeover";
+  clock_.Advance(15'000);
+  p_->Sweep();
+  EXPECT_EQ(p_->TakeoversDue().size(), 1u) << "bj silent: site-a may take the job over";
+}
+
 // bj fails the job while site-a's slice is fenced: told the end, site-a
 // forgets the record, takes nothing over and votes for nobody (an ended job
 // taken over again ends again, a second story).
