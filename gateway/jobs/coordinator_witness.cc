@@ -52,8 +52,12 @@ void Coordinator::AskWitnesses(RenewWork* w, const std::set<std::string>& down, 
     // own answers are in, and not at all when they say it ended (a short
     // job costs its witnesses nothing).
     local->push_back([this, w, down, fan] {
-      // Not after a restart: its members say first whether the job moved.
-      if (!heard_majority_.contains(w->job.id)) return CallWitnesses(w, down, fan);
+      // Not after a restart, where the job may have moved: its members say
+      // first whether it did (a job nobody may take over cannot move).
+      if (!heard_majority_.contains(w->job.id) &&
+          !SuccessorsOf(w->run, core_->config().site).empty()) {
+        return CallWitnesses(w, down, fan);
+      }
       for (int i = 0; i < w->run.sites_size() && i < static_cast<int>(w->answers.size()); ++i) {
         const auto& a = w->answers[i];
         if (a.ok() && (a->state() == v1::SliceStatusResponse::SUCCEEDED ||
