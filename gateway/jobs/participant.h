@@ -361,7 +361,11 @@ class Participant {
   // participant_sweep.cc
   void SweepSliceLocked(Slice* s, int64_t now, SweepOutcome* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PruneFinishedLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets finished slices past the window or the cap; their keys.
+  std::vector<SliceKey> PruneFinishedLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A released slice's end as its row keeps it (no GPUs), and back.
+  static v1::SliceRecord EndedRecordOf(const Slice& s);
+  static Slice EndedSliceOf(const StoredSlice& row, const v1::SliceRecord& rec);
   void FinishSweep(SweepOutcome out);
   void RunSweeper();
 

@@ -48,6 +48,16 @@ void Participant::CleanUpAfterRestart() {
       // Supervised ranks outlived the gateway: follow them to their end.
       v1::SliceRecord rec;
       const bool parsed = !row.detail.empty() && rec.ParseFromString(row.detail);
+      // A slice that ended before the restart: its end, for the coordinator
+      // that has not asked yet (the GPUs were freed then).
+      if (parsed && rec.has_ended()) {
+        slices_[{row.job_id, row.epoch}] = EndedSliceOf(row, rec);
+        spdlog::info("job {} attempt {}: its slice here ended before the restart ({}); kept for "
+                     "its coordinator",
+                     row.job_id, row.attempt, v1::SliceStatusResponse::State_Name(rec.ended().state()));
+        attached.insert({row.job_id, row.epoch});
+        continue;
+      }
       if (runner_->supervised() && parsed && ReattachLocked(row, rec)) {
         attached.insert({row.job_id, row.epoch});
         continue;

@@ -24,8 +24,11 @@ struct Participant::SweepOutcome {
     uint64_t epoch = 0;
     std::string why;
     std::string cgroup;
+    uint32_t attempt = 0;
+    std::string record;  // serialized v1::SliceRecord holding only its end
   };
   std::vector<Ended> ended;
+  std::vector<SliceKey> pruned;  // finished slices forgotten: their rows go
   std::vector<std::string> kill_cgroups;
   std::vector<SliceKey> released_rows;
   std::vector<Allocs> stale;
@@ -53,7 +56,7 @@ void Participant::Sweep() {
     if (quota_dirty_) out.released_rows = ReleasedQuotaRowsLocked();
     quota_.Prune(federation::SatSub(now, kFinishedSliceKeepMs));
     for (auto& [key, s] : slices_) SweepSliceLocked(&s, now, &out);
-    PruneFinishedLocked(now);
+    out.pruned = PruneFinishedLocked(now);
     out.forget_copies = OrphanCopiesLocked();
     ledger_.CheckInvariants();
     out.stale = StaleAllocsLocked();
@@ -122,17 +125,62 @@ void Participant::SweepSliceLocked(Slice* s, int64_t now, SweepOutcome* out) {
   const std::string why = s->stopping                         ? s->message
                           : s->state == SliceState::SUCCEEDED ? "succeeded"
                                                               : "a rank failed";
-  out->ended.push_back({job, s->key.epoch(), why, s->cgroup});
   s->released = true;
   s->ended_at_ms = now;
+  out->ended.push_back({job, s->key.epoch(), why, s->cgroup, s->key.attempt(),
+                        EndedRecordOf(*s).SerializeAsString()});
   s->DropRunningState();
   out->changed = true;
 }
 
-void Participant::PruneFinishedLocked(int64_t now) {
+v1::SliceRecord Participant::EndedRecordOf(const Slice& s) {
+  v1::SliceRecord rec;
+  auto* e = rec.mutable_ended();
+  e->set_state(s.state);
+  e->set_message(s.message);
+  e->set_preempted_by(s.preempted_by);
+  for (const auto& r : s.ranks) {
+    if (r.exited) (*e->mutable_exit_codes())[r.rank] = r.code;
+  }
+  e->set_aborted(s.aborted);
+  e->set_fenced(s.fenced);
+  e->set_ended_at_ms(s.ended_at_ms);
+  rec.set_restart(s.restart);
+  return rec;
+}
+
+Slice Participant::EndedSliceOf(const StoredSlice& row, const v1::SliceRecord& rec) {
+  const auto& e = rec.ended();
+  Slice s;
+  s.key.set_job_id(row.job_id);
+  s.key.set_attempt(row.attempt);
+  s.key.set_epoch(row.epoch);
+  s.state = e.state();
+  s.message = e.message();
+  s.preempted_by = e.preempted_by();
+  for (const auto& [rank, code] : e.exit_codes()) {
+    RankProc p;
+    p.rank = rank;
+    p.exited = true;
+    p.code = code;
+    s.ranks.push_back(p);
+  }
+  std::sort(s.ranks.begin(), s.ranks.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+  s.aborted = e.aborted();
+  s.fenced = e.fenced();
+  s.restart = rec.restart();
+  s.released = true;
+  s.ended_at_ms = e.ended_at_ms();
+  return s;
+}
+
+std::vector<SliceKey> Participant::PruneFinishedLocked(int64_t now) {
+  std::vector<SliceKey> pruned;
   // A finished slice is kept while its coordinator may still ask.
-  std::erase_if(slices_, [now](const auto& entry) {
-    return entry.second.released && now - entry.second.ended_at_ms > kFinishedSliceKeepMs;
+  std::erase_if(slices_, [&](const auto& entry) {
+    const bool old = entry.second.released && now - entry.second.ended_at_ms > kFinishedSliceKeepMs;
+    if (old) pruned.push_back(entry.first);
+    return old;
   });
   // Only slices whose coordinator already saw their end count against the
   // cap: one it has not asked about yet (a coordinator restarting) stays
@@ -145,11 +193,15 @@ void Participant::PruneFinishedLocked(int64_t now) {
       if (sl.reported) reported.emplace_back(sl.ended_at_ms, k);
     }
     std::sort(reported.begin(), reported.end());
-    for (size_t i = 0; i < reported.size() - max_finished_; ++i) slices_.erase(reported[i].second);
+    for (size_t i = 0; i < reported.size() - max_finished_; ++i) {
+      slices_.erase(reported[i].second);
+      pruned.push_back(reported[i].second);
+    }
   }
   // Under heavy churn the window shrinks instead of memory growing; idle
   // ledger entries (epochs, owners) are kept for twice as many jobs.
   ledger_.Prune(federation::SatSub(now, kFinishedSliceKeepMs), 2 * max_finished_);
+  return pruned;
 }
 
 void Participant::FinishSweep(SweepOutcome out) {
@@ -160,9 +212,13 @@ void Participant::FinishSweep(SweepOutcome out) {
   for (const auto& e : out.ended) {
     reaper_.Remove(e.cgroup);  // stray processes of the slice go with it
     if (store_ == nullptr) continue;
-    (void)store_->DeleteSlice(e.job_id, e.epoch);
+    // Its end stays on disk, GPUs free, until the slice is pruned.
+    (void)store_->PutSlice({e.job_id, e.attempt, e.epoch, "", e.record});
     auto closed = store_->CloseUsage(e.job_id, e.epoch, out.now, e.why);
     if (closed.ok() && on_usage_) on_usage_(*closed);
+  }
+  for (const auto& [job, epoch] : out.pruned) {
+    if (store_ != nullptr) (void)store_->DeleteSlice(job, epoch);
   }
   DeleteQuotaRows(out.released_rows);
   for (const auto& job : out.forget_copies) {

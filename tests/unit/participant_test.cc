@@ -221,7 +221,13 @@ TEST_F(ParticipantTest, ASliceWhoseRanksAllExitedSucceedsAndFreesItsGpus) {
   EXPECT_EQ(closed_[0].end_ms - closed_[0].start_ms, 5000);
   auto rows = store_->LoadSlices();
   ASSERT_TRUE(rows.ok());
-  EXPECT_TRUE(rows->empty()) << "an ended slice's row goes";
+  ASSERT_EQ(rows->size(), 1u) << "an ended slice's end stays until it is pruned";
+  EXPECT_EQ((*rows)[0].procs, "") << "no rank to re-attach to";
+  v1::SliceRecord rec;
+  ASSERT_TRUE(rec.ParseFromString((*rows)[0].detail));
+  EXPECT_EQ(rec.gpus_size(), 0) << "and no GPU to hold again";
+  EXPECT_EQ(rec.ended().state(), v1::SliceStatusResponse::SUCCEEDED);
+  EXPECT_EQ(rec.ended().exit_codes().size(), 2u);
 }
 
 TEST_F(ParticipantTest, AFailedRankStopsItsSiblingsAndSigkillsThemAfterTheGrace) {
