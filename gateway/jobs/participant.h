@@ -363,7 +363,8 @@ class Participant {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets finished slices past the window or the cap; their keys.
   std::vector<SliceKey> PruneFinishedLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A released slice's end as its row keeps it (no GPUs), and back.
+  // A released slice's end as its row keeps it (no GPUs); and back, at a
+  // restart (participant_restart.cc).
   static v1::SliceRecord EndedRecordOf(const Slice& s);
   static Slice EndedSliceOf(const StoredSlice& row, const v1::SliceRecord& rec);
   void FinishSweep(SweepOutcome out);

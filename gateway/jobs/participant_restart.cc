@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <sstream>
 
@@ -14,6 +15,18 @@
 #include "gateway/jobs/participant.h"
 
 namespace fedgate::gateway {
+namespace {
+
+// A slice keyed as its stored row.
+Slice SliceOfRow(const StoredSlice& row) {
+  Slice s;
+  s.key.set_job_id(row.job_id);
+  s.key.set_attempt(row.attempt);
+  s.key.set_epoch(row.epoch);
+  return s;
+}
+
+}  // namespace
 
 void Participant::RestoreCordons() {
   if (store_ == nullptr) return;
@@ -87,11 +100,30 @@ void Participant::CleanUpAfterRestart() {
   CloseUsageOfStopped(attached);
 }
 
+Slice Participant::EndedSliceOf(const StoredSlice& row, const v1::SliceRecord& rec) {
+  const auto& e = rec.ended();
+  Slice s = SliceOfRow(row);
+  s.state = e.state();
+  s.message = e.message();
+  s.preempted_by = e.preempted_by();
+  for (const auto& [rank, code] : e.exit_codes()) {
+    RankProc p;
+    p.rank = rank;
+    p.exited = true;
+    p.code = code;
+    s.ranks.push_back(p);
+  }
+  std::sort(s.ranks.begin(), s.ranks.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+  s.aborted = e.aborted();
+  s.fenced = e.fenced();
+  s.restart = rec.restart();
+  s.released = true;
+  s.ended_at_ms = e.ended_at_ms();
+  return s;
+}
+
 Slice Participant::StopStoredSliceLocked(const StoredSlice& row) {
-  Slice s;
-  s.key.set_job_id(row.job_id);
-  s.key.set_attempt(row.attempt);
-  s.key.set_epoch(row.epoch);
+  Slice s = SliceOfRow(row);
   s.state = SliceState::FAILED;
   s.message = "the gateway restarted while the slice ran; its ranks were stopped";
   s.stopping = true;
@@ -144,10 +176,7 @@ bool Participant::ReattachLocked(const StoredSlice& row, const v1::SliceRecord& 
     spdlog::error("job {}: cannot re-attach: {}", row.job_id, std::string(st.message()));
     return false;
   }
-  Slice s;
-  s.key.set_job_id(row.job_id);
-  s.key.set_attempt(row.attempt);
-  s.key.set_epoch(row.epoch);
+  Slice s = SliceOfRow(row);
   s.preemptible = rec.preemptible();
   s.started_at_ms = rec.started_at_unix_ms();
   s.cgroup = rec.cgroup();

@@ -149,31 +149,6 @@ v1::SliceRecord Participant::EndedRecordOf(const Slice& s) {
   return rec;
 }
 
-Slice Participant::EndedSliceOf(const StoredSlice& row, const v1::SliceRecord& rec) {
-  const auto& e = rec.ended();
-  Slice s;
-  s.key.set_job_id(row.job_id);
-  s.key.set_attempt(row.attempt);
-  s.key.set_epoch(row.epoch);
-  s.state = e.state();
-  s.message = e.message();
-  s.preempted_by = e.preempted_by();
-  for (const auto& [rank, code] : e.exit_codes()) {
-    RankProc p;
-    p.rank = rank;
-    p.exited = true;
-    p.code = code;
-    s.ranks.push_back(p);
-  }
-  std::sort(s.ranks.begin(), s.ranks.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
-  s.aborted = e.aborted();
-  s.fenced = e.fenced();
-  s.restart = rec.restart();
-  s.released = true;
-  s.ended_at_ms = e.ended_at_ms();
-  return s;
-}
-
 std::vector<SliceKey> Participant::PruneFinishedLocked(int64_t now) {
   std::vector<SliceKey> pruned;
   // A finished slice is kept while its coordinator may still ask.

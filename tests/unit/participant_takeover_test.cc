@@ -65,10 +65,8 @@ class TakeoverTest : public ::testing::Test {
   // Job kJob: coordinated by bj at term 1, ranks at site-a (here) and sh;
   // its members are bj, sh and site-a (a majority is two).
   void RunJobCoordinatedByBj() { CommitSlice("bj", Key(1), RecordOfBj(), 2); }
-  // One rank on n1 here, prepared and committed by `coordinator` with
-  // `record` as the job's record (version 1).
-  void CommitSlice(const std::string& coordinator, const v1::ReservationKey& key,
-                   const v1::Job& record, uint32_t world_size) {
+  // One GPU of n1 held for `key` by `coordinator`.
+  void PrepareOne(const std::string& coordinator, const v1::ReservationKey& key) {
     v1::PrepareRequest r;
     *r.mutable_key() = key;
     r.set_tenant("vision");
@@ -76,6 +74,10 @@ class TakeoverTest : public ::testing::Test {
     r.mutable_nodes(0)->set_gpus(1);
     r.set_hold_ttl_ms(30'000);
     ASSERT_TRUE(p_->Prepare(coordinator, r).ok());
+  }
+  // The commit of one rank on n1 carrying `record` at `version`.
+  static v1::CommitRequest CommitOf(const v1::ReservationKey& key, const v1::Job& record,
+                                    uint64_t version, uint32_t world_size) {
     v1::CommitRequest c;
     *c.mutable_key() = key;
     auto* rank = c.add_ranks();
@@ -87,8 +89,15 @@ class TakeoverTest : public ::testing::Test {
     c.add_command("train");
     c.set_lease_ms(kLeaseMs);
     c.mutable_copy()->set_job(record.SerializeAsString());
-    c.mutable_copy()->set_version(1);
-    auto committed = p_->Commit(coordinator, c);
+    c.mutable_copy()->set_version(version);
+    return c;
+  }
+  // One rank on n1 here, prepared and committed by `coordinator` with
+  // `record` as the job's record (version 1).
+  void CommitSlice(const std::string& coordinator, const v1::ReservationKey& key,
+                   const v1::Job& record, uint32_t world_size) {
+    ASSERT_NO_FATAL_FAILURE(PrepareOne(coordinator, key));
+    auto committed = p_->Commit(coordinator, CommitOf(key, record, 1, world_size));
     ASSERT_TRUE(committed.ok()) << committed.status();
   }
   // kJob's record as bj sends it: run on site-a and sh, takeovers allowed
@@ -717,29 +726,12 @@ TEST_F(TakeoverTest, AParkedSliceWhoseLeaseLapsedKeepsTheRecordForATakeover) {
   p_->Sweep();
   v1::ReservationKey parked = Key(1);
   parked.set_epoch(2);
-  v1::PrepareRequest r;
-  *r.mutable_key() = parked;
-  r.set_tenant("vision");
-  r.add_nodes()->set_node("n1");
-  r.mutable_nodes(0)->set_gpus(1);
-  r.set_hold_ttl_ms(30'000);
-  ASSERT_TRUE(p_->Prepare("bj", r).ok());
-  v1::CommitRequest c;
-  *c.mutable_key() = parked;
-  auto* rank = c.add_ranks();
-  rank->set_node("n1");
-  rank->set_local_world_size(1);
-  c.set_world_size(2);
-  c.set_master_addr("10.0.0.9");
-  c.set_master_port(29501);
-  c.add_command("train");
-  c.set_lease_ms(kLeaseMs);
-  c.set_keep_hold(true);
-  c.set_park(true);
+  ASSERT_NO_FATAL_FAILURE(PrepareOne("bj", parked));
   v1::Job record = RecordOfBj(15'000, 5'000);
   record.mutable_run()->mutable_sites(0)->set_epoch(2);  // site-a: the replacement
-  c.mutable_copy()->set_job(record.SerializeAsString());
-  c.mutable_copy()->set_version(3);
+  v1::CommitRequest c = CommitOf(parked, record, 3, 2);
+  c.set_keep_hold(true);
+  c.set_park(true);
   const size_t launched = runner_->launched().size();
   ASSERT_TRUE(p_->Commit("bj", c).ok());
   EXPECT_EQ(runner_->launched().size(), launched) << "parked: no rank";
@@ -844,28 +836,10 @@ TEST_F(TakeoverTest, AFencedSliceOfAnEarlierAttemptKeepsNoRecordOfTheNext) {
   v1::ReservationKey second = Key(1);
   second.set_attempt(2);
   second.set_epoch(2);
-  v1::PrepareRequest r;
-  *r.mutable_key() = second;
-  r.set_tenant("vision");
-  r.add_nodes()->set_node("n1");
-  r.mutable_nodes(0)->set_gpus(1);
-  r.set_hold_ttl_ms(30'000);
-  ASSERT_TRUE(p_->Prepare("bj", r).ok());
-  v1::CommitRequest c;
-  *c.mutable_key() = second;
-  auto* rank = c.add_ranks();
-  rank->set_node("n1");
-  rank->set_local_world_size(1);
-  c.set_world_size(2);
-  c.set_master_addr("10.0.0.9");
-  c.set_master_port(29501);
-  c.add_command("train");
-  c.set_lease_ms(kLeaseMs);
+  ASSERT_NO_FATAL_FAILURE(PrepareOne("bj", second));
   v1::Job record = RecordOfBj(15'000, 5'000);
   record.set_attempt(2);
-  c.mutable_copy()->set_job(record.SerializeAsString());
-  c.mutable_copy()->set_version(4);
-  auto committed = p_->Commit("bj", c);
+  auto committed = p_->Commit("bj", CommitOf(second, record, 4, 2));
   ASSERT_TRUE(committed.ok()) << committed.status();
   auto kept = p_->JobFromCopy(kJob);
   ASSERT_TRUE(kept.ok() && kept->has_value()) << "attempt 2's record is kept";
@@ -910,28 +884,10 @@ TEST_F(TakeoverTest, AFencedSliceTheCoordinatorReplacedKeepsNoRecord) {
 
   v1::ReservationKey second = Key(1);
   second.set_epoch(2);
-  v1::PrepareRequest r;
-  *r.mutable_key() = second;
-  r.set_tenant("vision");
-  r.add_nodes()->set_node("n1");
-  r.mutable_nodes(0)->set_gpus(1);
-  r.set_hold_ttl_ms(30'000);
-  ASSERT_TRUE(p_->Prepare("bj", r).ok());
-  v1::CommitRequest c;
-  *c.mutable_key() = second;
-  auto* rank = c.add_ranks();
-  rank->set_node("n1");
-  rank->set_local_world_size(1);
-  c.set_world_size(2);
-  c.set_master_addr("10.0.0.9");
-  c.set_master_port(29501);
-  c.add_command("train");
-  c.set_lease_ms(kLeaseMs);
+  ASSERT_NO_FATAL_FAILURE(PrepareOne("bj", second));
   v1::Job replaced = first;
   replaced.mutable_run()->mutable_sites(0)->set_epoch(2);  // site-a: the new slice
-  c.mutable_copy()->set_job(replaced.SerializeAsString());
-  c.mutable_copy()->set_version(3);
-  auto committed = p_->Commit("bj", c);
+  auto committed = p_->Commit("bj", CommitOf(second, replaced, 3, 2));
   ASSERT_TRUE(committed.ok()) << committed.status();
 
   runner_->Exit(runner_->launched().back().pid, 1);
